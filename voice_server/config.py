@@ -1,0 +1,145 @@
+"""One typed Settings object: defaults < config file (YAML/TOML/JSON) < VOICE_SERVER_* env < flags.
+
+Every default works offline on 2 cores with the bundled models.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, InitSettingsSource, NoDecode, SettingsConfigDict
+
+__all__ = ["ConfigError", "Settings", "load_settings", "read_config_file"]
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a friendly voice assistant. Answer in one or two short, plain sentences."
+)
+
+
+class ConfigError(Exception):
+    """The configuration file or values are invalid; the message says where and why."""
+
+
+class Settings(BaseSettings):
+    """Every option of the server. Field descriptions become the ``--help`` text."""
+
+    model_config = SettingsConfigDict(env_prefix="VOICE_SERVER_", extra="forbid",
+                                      validate_default=True)
+
+    # network edge
+    host: str = Field("127.0.0.1", description="address the server listens on")
+    port: int = Field(8787, ge=0, le=65535, description="TCP port (0 picks a free one)")
+    ice_servers: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="STUN/TURN servers as a JSON list of RTCIceServer objects, sent in ready")
+    ice_host_addresses: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="comma-separated local addresses ICE may gather host candidates on")
+    allowed_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["http://localhost", "http://127.0.0.1", "null"],
+        description="comma-separated browser origins allowed to connect ('*' for any); "
+                    "a port-less entry allows every port of that host")
+    idle_timeout_s: float = Field(45.0, gt=0, description="close a socket silent this long")
+    session_ttl_s: float = Field(1800.0, gt=0, description="keep a session this long after "
+                                                           "its last connection ends")
+    max_message_bytes: int = Field(16 * 1024 * 1024, ge=1024,
+                                   description="largest accepted WebSocket text message")
+    max_audio_seconds: float = Field(60.0, gt=0, description="longest accepted utterance")
+    max_attachment_bytes: int = Field(8 * 1024 * 1024, ge=0,
+                                      description="largest total size of one turn's images")
+
+    # speech to text
+    stt_model: str | None = Field(None, description="faster-whisper model directory or name "
+                                  "(default: bundled Whisper tiny.en)")
+    stt_compute_type: str = Field("int8", description="CTranslate2 compute type")
+    stt_beam_size: int = Field(1, ge=1, le=10, description="Whisper beam size")
+    stt_language: str | None = Field("en", description="spoken language (None: detect)")
+    stt_threads: int = Field(2, ge=1, description="CPU threads for STT")
+
+    # text to speech
+    tts_voice: str | None = Field(None, description="Piper .onnx voice path "
+                                  "(default: bundled en_US-joe-medium)")
+
+    # language model
+    llm_provider: Literal["local", "openai_compat"] = Field(
+        "local", description="'local' (embedded GGUF) or 'openai_compat' (any OpenAI-compatible "
+                             "endpoint)")
+    llm_base_url: str | None = Field(None, description="base URL of the OpenAI-compatible API")
+    llm_api_key: str | None = Field(None, description="API key for the endpoint")
+    llm_model: str | None = Field(None, description="model name for the endpoint")
+    llm_model_path: str | None = Field(None, description="GGUF file for the local provider "
+                                       "(default: bundled SmolLM2-135M-Instruct)")
+    llm_vision: bool = Field(False, description="the endpoint's model accepts images")
+    llm_timeout_s: float = Field(30.0, gt=0, description="LLM request timeout")
+    llm_max_tokens: int = Field(160, ge=1, description="longest spoken answer in tokens")
+    llm_temperature: float = Field(0.3, ge=0, le=2, description="sampling temperature")
+    llm_threads: int = Field(2, ge=1, description="CPU threads for the local model")
+    system_prompt: str = Field(DEFAULT_SYSTEM_PROMPT, description="system prompt of the agent")
+    max_history_messages: int = Field(40, ge=2, description="history messages sent to the LLM")
+
+    # runtime
+    compute_workers: int = Field(4, ge=1, description="threads for STT, TTS and the local LLM")
+    preload_models: bool = Field(True, description="load and warm models at start")
+    log_level: str = Field("INFO", description="logging level")
+
+    @field_validator("ice_host_addresses", "allowed_origins", mode="before")
+    @classmethod
+    def _split_commas(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = value.strip()
+            if value.startswith("["):
+                return json.loads(value)
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("llm_base_url")
+    @classmethod
+    def _strip_slash(cls, value: str | None) -> str | None:
+        return value.rstrip("/") if value else value
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a YAML, TOML or JSON config file into a dict of settings."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+    try:
+        if path.suffix == ".toml":
+            data = tomllib.loads(text)
+        elif path.suffix == ".json":
+            data = json.loads(text)
+        else:
+            data = yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ConfigError(f"config file {path} is not valid: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of settings")
+    return data
+
+
+def load_settings(config_file: str | Path | None = None, **flags: Any) -> Settings:
+    """Build the settings; ``flags`` (CLI) beat env, env beats the file, the file beats defaults."""
+    file_values = read_config_file(config_file) if config_file else {}
+    flags = {k: v for k, v in flags.items() if v is not None}
+
+    class _Layered(Settings):
+        @classmethod
+        def settings_customise_sources(cls, settings_cls, init_settings, env_settings,
+                                       dotenv_settings, file_secret_settings):
+            return (init_settings, env_settings,
+                    InitSettingsSource(settings_cls, init_kwargs=file_values))
+
+    try:
+        layered = _Layered(**flags)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    return Settings.model_construct(**layered.model_dump())

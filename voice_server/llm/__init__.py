@@ -1,0 +1,34 @@
+"""The one LLM layer: providers behind a small interface, a router, one error tree.
+
+Used by the voice pipeline and by every sidecar adapter.
+"""
+
+from .errors import (
+    LLMAuthError,
+    LLMBadRequest,
+    LLMError,
+    LLMRateLimited,
+    LLMTimeout,
+    LLMUnavailable,
+    ModelNotFound,
+)
+from .router import LLMRouter
+from .types import ChatRequest, ChatResult, LLMProvider, StreamEvent, ToolCall, Usage, tool_arguments
+
+__all__ = [
+    "ChatRequest",
+    "ChatResult",
+    "LLMAuthError",
+    "LLMBadRequest",
+    "LLMError",
+    "LLMProvider",
+    "LLMRateLimited",
+    "LLMRouter",
+    "LLMTimeout",
+    "LLMUnavailable",
+    "ModelNotFound",
+    "StreamEvent",
+    "ToolCall",
+    "Usage",
+    "tool_arguments",
+]

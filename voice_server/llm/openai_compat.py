@@ -1,0 +1,184 @@
+"""Provider for any OpenAI-compatible chat-completions endpoint (OpenAI, Ollama, vLLM, llama.cpp).
+
+Errors of the ``openai`` client are mapped to ``voice_server.llm.errors`` at this boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import openai
+
+from .errors import (
+    LLMAuthError,
+    LLMBadRequest,
+    LLMError,
+    LLMRateLimited,
+    LLMTimeout,
+    LLMUnavailable,
+    ModelNotFound,
+)
+from .types import ChatRequest, ChatResult, StreamEvent, ToolCall, Usage
+
+__all__ = ["OpenAICompatProvider", "map_openai_error"]
+
+
+def _retry_after(exc: openai.APIStatusError) -> float | None:
+    value = exc.response.headers.get("retry-after") if exc.response is not None else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def map_openai_error(exc: Exception, provider: str) -> LLMError:
+    """Turn an ``openai`` exception into our taxonomy (the message never carries secrets)."""
+    if isinstance(exc, LLMError):
+        return exc
+    if isinstance(exc, openai.APITimeoutError):
+        return LLMTimeout("the LLM endpoint timed out", provider=provider)
+    if isinstance(exc, openai.APIConnectionError):
+        return LLMUnavailable("the LLM endpoint cannot be reached", provider=provider)
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        detail = f"the LLM endpoint answered HTTP {status}"
+        if status == 429:
+            return LLMRateLimited(detail, retry_after=_retry_after(exc), provider=provider,
+                                  status=status)
+        if status in (401, 403):
+            return LLMAuthError(detail, provider=provider, status=status)
+        if status == 404:
+            return ModelNotFound(detail, provider=provider, status=status)
+        if status in (400, 413, 422):
+            return LLMBadRequest(detail, provider=provider, status=status)
+        if status >= 500:
+            return LLMUnavailable(detail, provider=provider, status=status)
+        return LLMError(detail, provider=provider, status=status)
+    return LLMError(f"LLM call failed: {type(exc).__name__}", provider=provider)
+
+
+class OpenAICompatProvider:
+    """Chat, stream, embed and list models against one OpenAI-compatible base URL."""
+
+    def __init__(
+        self,
+        *,
+        name: str = "openai_compat",
+        base_url: str,
+        api_key: str | None = None,
+        default_model: str,
+        timeout_s: float | None = 60.0,
+        supports_vision: bool = False,
+        embedding_model: str | None = None,
+        stream_usage: bool = True,
+    ) -> None:
+        self.name = name
+        self.default_model = default_model
+        self.supports_vision = supports_vision
+        self.embedding_model = embedding_model
+        self._stream_usage = stream_usage
+        self._client = openai.AsyncOpenAI(
+            base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=0
+        )
+
+    def _params(self, request: ChatRequest) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "model": request.model or self.default_model,
+            "messages": request.messages,
+        }
+        if request.temperature is not None:
+            params["temperature"] = request.temperature
+        if request.max_tokens is not None:
+            params["max_tokens"] = request.max_tokens
+        if request.tools:
+            params["tools"] = request.tools
+            if request.tool_choice is not None:
+                params["tool_choice"] = request.tool_choice
+        if request.stop:
+            params["stop"] = request.stop
+        if request.timeout_s is not None:
+            params["timeout"] = request.timeout_s
+        return params
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        params = self._params(request)
+        if self._stream_usage:
+            params["stream_options"] = {"include_usage": True}
+        calls: dict[int, dict[str, str]] = {}
+        finish: str | None = None
+        usage: Usage | None = None
+        try:
+            stream = await self._client.chat.completions.create(stream=True, **params)
+            async with stream:
+                async for chunk in stream:
+                    if chunk.usage is not None:
+                        usage = Usage(chunk.usage.prompt_tokens or 0,
+                                      chunk.usage.completion_tokens or 0)
+                    for choice in chunk.choices:
+                        delta = choice.delta
+                        if choice.finish_reason:
+                            finish = choice.finish_reason
+                        for tc in (delta.tool_calls or []) if delta else []:
+                            slot = calls.setdefault(tc.index, {"id": "", "name": "", "args": ""})
+                            if tc.id:
+                                slot["id"] = tc.id
+                            if tc.function and tc.function.name:
+                                slot["name"] += tc.function.name
+                            if tc.function and tc.function.arguments:
+                                slot["args"] += tc.function.arguments
+                        if delta and delta.content:
+                            yield StreamEvent(text=delta.content)
+        except openai.OpenAIError as exc:
+            raise map_openai_error(exc, self.name) from exc
+        tool_calls = tuple(
+            ToolCall(id=c["id"] or f"call_{i}", name=c["name"], arguments=c["args"] or "{}")
+            for i, c in sorted(calls.items())
+        )
+        yield StreamEvent(done=True, finish_reason=finish or "stop", tool_calls=tool_calls,
+                          usage=usage)
+
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        try:
+            resp = await self._client.chat.completions.create(**self._params(request))
+        except openai.OpenAIError as exc:
+            raise map_openai_error(exc, self.name) from exc
+        if not resp.choices:
+            raise LLMError("the LLM endpoint returned no choices", provider=self.name)
+        choice = resp.choices[0]
+        calls = [
+            ToolCall(id=tc.id, name=tc.function.name, arguments=tc.function.arguments or "{}")
+            for tc in (choice.message.tool_calls or [])
+            if getattr(tc, "function", None) is not None
+        ]
+        usage = Usage(resp.usage.prompt_tokens or 0, resp.usage.completion_tokens or 0) \
+            if resp.usage else Usage()
+        return ChatResult(text=choice.message.content or "", model=resp.model or
+                          self._params(request)["model"], finish_reason=choice.finish_reason
+                          or "stop", tool_calls=calls, usage=usage)
+
+    async def embed(self, texts: list[str], *, model: str | None = None) -> list[list[float]]:
+        try:
+            resp = await self._client.embeddings.create(
+                model=model or self.embedding_model or self.default_model, input=texts)
+        except openai.OpenAIError as exc:
+            raise map_openai_error(exc, self.name) from exc
+        return [list(item.embedding) for item in sorted(resp.data, key=lambda d: d.index)]
+
+    async def list_models(self) -> list[str]:
+        try:
+            page = await self._client.models.list()
+        except openai.OpenAIError as exc:
+            raise map_openai_error(exc, self.name) from exc
+        return [m.id async for m in page]
+
+    async def health(self) -> dict[str, Any]:
+        try:
+            models = await self.list_models()
+        except LLMError as exc:
+            return {"status": "failed", "provider": self.name, "error": str(exc)}
+        return {"status": "ok", "provider": self.name, "models": len(models)}
+
+    async def aclose(self) -> None:
+        await self._client.close()
+

@@ -1,0 +1,79 @@
+"""Routing: which provider serves a model name. One router serves the voice pipeline and every
+sidecar, built from the same configuration."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from .errors import ModelNotFound
+from .types import ChatRequest, ChatResult, LLMProvider, StreamEvent
+
+__all__ = ["LLMRouter"]
+
+
+class LLMRouter:
+    """Named providers plus a default. ``resolve(model)`` picks the provider for a model name:
+
+    - ``None`` or ``""``: the default provider with its default model;
+    - ``"provider/model"`` or a provider's name: that provider;
+    - a name listed in ``aliases`` (config ``llm_models``): the aliased provider and model;
+    - otherwise: the default provider, if it lists the model, else ``ModelNotFound``.
+    """
+
+    def __init__(self, providers: dict[str, LLMProvider], *, default: str,
+                 aliases: dict[str, tuple[str, str]] | None = None) -> None:
+        if default not in providers:
+            raise ValueError(f"default provider {default!r} is not configured")
+        self.providers = providers
+        self.default = default
+        self.aliases = dict(aliases or {})
+
+    @property
+    def default_provider(self) -> LLMProvider:
+        return self.providers[self.default]
+
+    def resolve(self, model: str | None) -> tuple[LLMProvider, str]:
+        if not model:
+            provider = self.default_provider
+            return provider, provider.default_model
+        if model in self.aliases:
+            pname, pmodel = self.aliases[model]
+            return self.providers[pname], pmodel
+        if model in self.providers:
+            provider = self.providers[model]
+            return provider, provider.default_model
+        if "/" in model:
+            pname, _, pmodel = model.partition("/")
+            if pname in self.providers:
+                return self.providers[pname], pmodel
+        for provider in self.providers.values():
+            if model == provider.default_model:
+                return provider, model
+        raise ModelNotFound(f"no configured provider serves model {model!r}")
+
+    def _routed(self, request: ChatRequest) -> tuple[LLMProvider, ChatRequest]:
+        provider, model = self.resolve(request.model)
+        return provider, ChatRequest(**{**_fields(request), "model": model})
+
+    def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        provider, routed = self._routed(request)
+        return provider.stream(routed)
+
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        provider, routed = self._routed(request)
+        return await provider.complete(routed)
+
+    def supports_vision(self, model: str | None = None) -> bool:
+        return self.resolve(model)[0].supports_vision
+
+    async def health(self) -> dict[str, Any]:
+        return {name: await p.health() for name, p in self.providers.items()}
+
+    async def aclose(self) -> None:
+        for provider in self.providers.values():
+            await provider.aclose()
+
+
+def _fields(request: ChatRequest) -> dict[str, Any]:
+    return {name: getattr(request, name) for name in request.__dataclass_fields__}

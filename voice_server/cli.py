@@ -1,0 +1,97 @@
+"""The ``voice-server`` command: ``serve`` plus one subcommand group per feature module.
+
+Each feature module exposes ``register(subparsers)`` that adds its subcommands and sets
+``func`` (a callable taking the parsed ``argparse.Namespace`` and returning an exit code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import sys
+import types
+import typing
+from collections.abc import Sequence
+
+from .config import ConfigError, Settings, load_settings
+
+__all__ = ["main"]
+
+# Modules that add subcommands; one line each.
+_COMMAND_MODULES: list[str] = []
+
+
+def _flag_type(annotation: object):
+    origin = typing.get_origin(annotation)
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if origin in (typing.Union, types.UnionType) and len(args) == 1:
+        return _flag_type(args[0])
+    if origin is typing.Annotated:
+        return _flag_type(args[0])
+    if annotation in (int, float):
+        return annotation
+    if annotation is bool:
+        return lambda v: v.lower() in ("1", "true", "yes", "on")
+    return str
+
+
+def add_settings_flags(parser: argparse.ArgumentParser) -> None:
+    """One ``--flag`` per Settings field, documented with the field's description."""
+    parser.add_argument("--config", metavar="FILE",
+                        help="YAML, TOML or JSON file of settings (env VOICE_SERVER_CONFIG)")
+    for name, field in Settings.model_fields.items():
+        default = field.get_default(call_default_factory=True)
+        parser.add_argument(
+            "--" + name.replace("_", "-"), dest=name, default=None, metavar="VALUE",
+            type=_flag_type(field.annotation),
+            help=f"{field.description} (default: {default!r}; env VOICE_SERVER_{name.upper()})")
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    import os
+
+    flags = {name: getattr(args, name, None) for name in Settings.model_fields}
+    return load_settings(getattr(args, "config", None) or os.environ.get("VOICE_SERVER_CONFIG"),
+                         **flags)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from .server.app import run_forever
+
+    settings = settings_from_args(args)
+    logging.basicConfig(level=settings.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        asyncio.run(run_forever(settings))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="voice-server", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the voice server (WebSocket + WebRTC + HTTP)",
+                           description="Run the voice server. Every option can also come from "
+                                       "a config file or a VOICE_SERVER_* variable.")
+    add_settings_flags(serve)
+    serve.set_defaults(func=_serve)
+    for module in _COMMAND_MODULES:
+        importlib.import_module(module).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print(f"voice-server: configuration error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

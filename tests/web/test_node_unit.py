@@ -1,0 +1,27 @@
+"""Runs the Node unit tests of ``web_client/llmrtc.js`` (``node --test web_client/test/``)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_llmrtc_js_node_unit_tests() -> None:
+    """The whole Node test suite of llmrtc.js passes (dedupe, backoff, state, routing)."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed (apt-get install nodejs)")
+    proc = subprocess.run(
+        [node, "--test", "web_client/test/"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-4000:]
+    assert "# fail 0" in output
+    passed = [line for line in output.splitlines() if line.startswith("# pass ")]
+    assert passed and int(passed[-1].split()[-1]) >= 30, output[-2000:]

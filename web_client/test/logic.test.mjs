@@ -1,0 +1,186 @@
+// Pure logic of llmrtc.js: state machine, backoff, payload dedupe, WAV, endpointing.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import {
+  Backoff, Endpointer, PayloadRouter, State, StateMachine, base64ToBytes, bytesToBase64,
+  downsample, encodeWav, fnv1a,
+} from "../llmrtc.js";
+
+test("state machine follows the lifecycle and records its history", () => {
+  const m = new StateMachine();
+  for (const s of [State.CONNECTING, State.CONNECTED, State.RECONNECTING, State.CONNECTED,
+    State.CLOSED, State.CONNECTING]) m.transition(s);
+  assert.deepEqual(m.history, ["idle", "connecting", "connected", "reconnecting", "connected",
+    "closed", "connecting"]);
+});
+
+test("state machine refuses illegal transitions", () => {
+  const m = new StateMachine();
+  assert.throws(() => m.transition(State.CONNECTED), /idle -> connected/);
+  assert.throws(() => m.transition(State.RECONNECTING), /idle -> reconnecting/);
+  m.transition(State.CLOSED);
+  assert.throws(() => m.transition(State.CLOSED), /closed -> closed/);
+  assert.equal(m.can(State.CONNECTING), true);
+});
+
+test("backoff doubles from the base up to the cap, then gives up", () => {
+  const b = new Backoff({ baseMs: 100, maxMs: 1000, maxRetries: 6, random: () => 0 });
+  const delays = [];
+  for (let d = b.next(); d !== null; d = b.next()) delays.push(d);
+  assert.deepEqual(delays, [100, 200, 400, 800, 1000, 1000]);
+  assert.equal(b.next(), null);
+  b.reset();
+  assert.equal(b.next(), 100);
+});
+
+test("backoff jitter adds at most the jitter fraction", () => {
+  const hi = new Backoff({ baseMs: 1000, jitter: 0.5, random: () => 1 });
+  assert.deepEqual([hi.next(), hi.next()], [1500, 3000]);
+  const mid = new Backoff({ baseMs: 1000, jitter: 0.5, random: () => 0.5 });
+  assert.equal(mid.next(), 1250);
+});
+
+function msg(obj) {
+  return [JSON.stringify(obj), obj];
+}
+
+test("router delivers the data-channel copy first and drops the WebSocket twin", () => {
+  const r = new PayloadRouter();
+  const [t, m] = msg({ type: "llm-chunk", content: "Hi", done: false });
+  assert.equal(r.accept("dc", t, m), true);
+  assert.equal(r.accept("ws", t, m), false);
+  assert.equal(r.dropped, 1);
+});
+
+test("router delivers the WebSocket copy when it wins, and drops the late data-channel twin", () => {
+  const r = new PayloadRouter();
+  const [t, m] = msg({ type: "transcript", text: "Hello", isFinal: true });
+  assert.equal(r.accept("ws", t, m), true);
+  assert.equal(r.accept("dc", t, m), false);
+});
+
+test("router keeps legitimately repeated identical messages", () => {
+  const r = new PayloadRouter();
+  const [t, m] = msg({ type: "tts-start" });
+  const got = [r.accept("dc", t, m), r.accept("dc", t, m), r.accept("ws", t, m),
+    r.accept("ws", t, m), r.accept("ws", t, m)];
+  // two sent on both channels, then a third one the server sent on the WebSocket only
+  assert.deepEqual(got, [true, true, false, false, true]);
+});
+
+test("router keeps order when channels interleave", () => {
+  const r = new PayloadRouter();
+  const texts = ["a", "b", "c", "d"].map((c) => msg({ type: "llm-chunk", content: c, done: false }));
+  const arrivals = [["dc", 0], ["ws", 0], ["ws", 1], ["ws", 2], ["dc", 1], ["dc", 2], ["dc", 3],
+    ["ws", 3]];
+  const delivered = [];
+  for (const [ch, i] of arrivals) {
+    if (r.accept(ch, ...texts[i])) delivered.push(texts[i][1].content);
+  }
+  assert.deepEqual(delivered, ["a", "b", "c", "d"]);
+});
+
+test("router matches twins by seq when the server stamps one", () => {
+  const r = new PayloadRouter();
+  assert.equal(r.accept("ws", '{"type":"llm","text":"x","seq":7}', { type: "llm", seq: 7 }), true);
+  // same seq, text serialised differently on the other channel
+  assert.equal(r.accept("dc", '{"seq":7,"type":"llm","text":"x"}', { type: "llm", seq: 7 }), false);
+  assert.equal(r.accept("dc", '{"type":"llm","text":"x","seq":8}', { type: "llm", seq: 8 }), true);
+});
+
+test("router forgets unmatched messages after its window", () => {
+  let now = 0;
+  const r = new PayloadRouter({ windowMs: 1000, now: () => now });
+  const [t, m] = msg({ type: "speech-start" });
+  assert.equal(r.accept("ws", t, m), true);
+  now = 1500;
+  assert.equal(r.accept("dc", t, m), true, "a twin this late is a new message");
+  assert.equal(r.counts.ws, 0);
+});
+
+test("router bounds its memory", () => {
+  const r = new PayloadRouter({ maxEntries: 3 });
+  for (let i = 0; i < 10; i++) r.accept("ws", ...msg({ type: "llm-chunk", content: String(i) }));
+  assert.equal(r.counts.ws, 3);
+  // the oldest were evicted: their twins are now taken as new, the newest still match
+  assert.equal(r.accept("dc", ...msg({ type: "llm-chunk", content: "0" })), true);
+  assert.equal(r.accept("dc", ...msg({ type: "llm-chunk", content: "9" })), false);
+});
+
+test("fnv1a is the standard 32-bit FNV-1a", () => {
+  assert.equal(fnv1a(""), "811c9dc5");
+  assert.equal(fnv1a("a"), "e40c292c");
+  assert.equal(fnv1a("foobar"), "bf9cf968");
+});
+
+test("encodeWav writes a 16-bit mono PCM header and clamped samples", () => {
+  const wav = encodeWav(new Float32Array([0, 1, -1, 2, -0.5]), 16000);
+  assert.equal(wav.length, 44 + 10);
+  assert.equal(Buffer.from(wav.subarray(0, 4)).toString(), "RIFF");
+  assert.equal(Buffer.from(wav.subarray(8, 16)).toString(), "WAVEfmt ");
+  const v = new DataView(wav.buffer);
+  assert.equal(v.getUint32(4, true), 36 + 10);
+  assert.equal(v.getUint16(20, true), 1);
+  assert.equal(v.getUint16(22, true), 1);
+  assert.equal(v.getUint32(24, true), 16000);
+  assert.equal(v.getUint32(28, true), 32000);
+  assert.equal(v.getUint16(34, true), 16);
+  assert.equal(Buffer.from(wav.subarray(36, 40)).toString(), "data");
+  assert.equal(v.getUint32(40, true), 10);
+  const samples = [0, 1, 2, 3, 4].map((i) => v.getInt16(44 + 2 * i, true));
+  assert.deepEqual(samples, [0, 32767, -32768, 32767, -16384]);
+});
+
+test("downsample averages 48 kHz to 16 kHz", () => {
+  const out = downsample(new Float32Array([0.3, 0.3, 0.3, 0.6, 0.6, 0.6, 1]), 48000, 16000);
+  assert.equal(out.length, 2);
+  assert.ok(Math.abs(out[0] - 0.3) < 1e-6 && Math.abs(out[1] - 0.6) < 1e-6);
+  const same = new Float32Array([1, 2]);
+  assert.equal(downsample(same, 16000, 16000), same);
+});
+
+test("base64 round trip of binary bytes", () => {
+  const bytes = new Uint8Array(70000).map((_, i) => (i * 7) & 0xff);
+  const b64 = bytesToBase64(bytes);
+  assert.equal(b64, Buffer.from(bytes).toString("base64"));
+  assert.deepEqual(base64ToBytes(b64), bytes);
+});
+
+test("endpointer cuts one utterance with pre-roll after trailing silence", () => {
+  const rate = 1000; // 10 ms frames of 10 samples
+  const e = new Endpointer({ sampleRate: rate, silenceMs: 50, preRollMs: 20, minSpeechMs: 20 });
+  const quiet = () => new Float32Array(10);
+  const loud = () => new Float32Array(10).fill(0.5);
+  const results = [];
+  const feed = (frame) => {
+    const u = e.push(frame);
+    if (u) results.push(u);
+  };
+  for (let i = 0; i < 10; i++) feed(quiet());
+  for (let i = 0; i < 5; i++) feed(loud());
+  for (let i = 0; i < 5; i++) feed(quiet());
+  assert.equal(results.length, 1);
+  // 2 pre-roll frames + 5 loud + 5 quiet
+  assert.equal(results[0].length, 120);
+  assert.equal(results[0][0], 0);
+  assert.equal(results[0][20], 0.5);
+  for (let i = 0; i < 10; i++) feed(quiet());
+  assert.equal(results.length, 1, "silence alone makes no utterance");
+});
+
+test("endpointer ignores a click shorter than the minimum speech", () => {
+  const e = new Endpointer({ sampleRate: 1000, silenceMs: 30, minSpeechMs: 50 });
+  e.push(new Float32Array(10).fill(0.5));
+  let out = null;
+  for (let i = 0; i < 5 && !out; i++) out = e.push(new Float32Array(10));
+  assert.equal(out, null);
+  assert.equal(e.flush(), null);
+});
+
+test("endpointer flush hands over a running utterance", () => {
+  const e = new Endpointer({ sampleRate: 1000, minSpeechMs: 10 });
+  e.push(new Float32Array(10).fill(0.5));
+  e.push(new Float32Array(10).fill(0.5));
+  assert.equal(e.flush().length, 20);
+});

@@ -1,0 +1,313 @@
+"""The bundled page in real headless Chromium (Debian's, through Playwright), against a tiny
+server on 127.0.0.1 that serves ``web_client/`` like voice_server does (``/``, ``/client/*``,
+``/playbooks``) plus a scripted llmrtc v1 peer on ``/ws`` that has no WebRTC, so the page uses
+the WebSocket path. Screenshots go to ``artifacts/web/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import math
+import os
+import socket
+import struct
+import wave
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from aiohttp import WSMsgType, web
+
+ROOT = Path(__file__).resolve().parents[2]
+WEB = ROOT / "web_client"
+ARTIFACTS = ROOT / "artifacts" / "web"
+CHROMIUM = Path("/usr/bin/chromium")
+TIMEOUT = 10.0 * float(os.environ.get("TEST_TIME_FACTOR", "1"))
+CONTENT_TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html"}
+
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(),
+                                reason="needs Debian's chromium (apt-get install chromium)")
+playwright_api = pytest.importorskip("playwright.async_api")
+
+
+@dataclass
+class FakeVoiceServer:
+    """Static files + a scripted llmrtc peer; every accepted socket lands in ``sockets``."""
+
+    playbooks: list | None = None
+    sockets: asyncio.Queue = field(default_factory=asyncio.Queue)
+    received: list = field(default_factory=list)
+    audio: asyncio.Queue = field(default_factory=asyncio.Queue)
+    url: str = ""
+
+    async def index(self, request: web.Request) -> web.StreamResponse:
+        return web.FileResponse(WEB / "index.html", headers={"Content-Type": "text/html"})
+
+    async def client_file(self, request: web.Request) -> web.StreamResponse:
+        path = (WEB / request.match_info["name"]).resolve()
+        if path.parent != WEB or not path.is_file():
+            raise web.HTTPNotFound()
+        return web.FileResponse(path, headers={"Content-Type": CONTENT_TYPES[path.suffix]})
+
+    async def list_playbooks(self, request: web.Request) -> web.StreamResponse:
+        if self.playbooks is None:
+            raise web.HTTPNotFound()
+        return web.json_response(self.playbooks)
+
+    async def ws(self, request: web.Request) -> web.StreamResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.send_json({"type": "ready", "id": "sess-1", "protocolVersion": 1,
+                            "iceServers": []})
+        await self.sockets.put((ws, request.query.get("playbook")))
+        async for msg in ws:
+            if msg.type != WSMsgType.TEXT:
+                continue
+            data = json.loads(msg.data)
+            self.received.append(data)
+            if data["type"] == "offer":
+                await ws.send_json({"type": "error", "code": "WEBRTC_UNAVAILABLE",
+                                    "message": "this server has no WebRTC"})
+            elif data["type"] == "ping":
+                await ws.send_json({"type": "pong", "timestamp": data["timestamp"]})
+            elif data["type"] == "audio":
+                await self.audio.put(data)
+        return ws
+
+
+@pytest_asyncio.fixture
+async def server() -> AsyncIterator[FakeVoiceServer]:
+    fake = FakeVoiceServer()
+    app = web.Application()
+    app.router.add_get("/", fake.index)
+    app.router.add_get("/client/{name}", fake.client_file)
+    app.router.add_get("/playbooks", fake.list_playbooks)
+    app.router.add_get("/ws", fake.ws)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    fake.url = f"http://127.0.0.1:{port}/"
+    try:
+        yield fake
+    finally:
+        await runner.cleanup()
+
+
+def tone_wav(path: Path) -> Path:
+    """48 kHz mono: 0.6 s silence, 0.9 s of a 440 Hz tone, 1.6 s silence (a fake utterance)."""
+    rate = 48000
+    samples = [0.0] * int(0.6 * rate)
+    samples += [0.3 * math.sin(2 * math.pi * 440 * i / rate) for i in range(int(0.9 * rate))]
+    samples += [0.0] * int(1.6 * rate)
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(b"".join(struct.pack("<h", int(s * 32767)) for s in samples))
+    return path
+
+
+@pytest_asyncio.fixture(scope="module")
+async def browser(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator:
+    """One Chromium for the module; each test opens its own context."""
+    mic = tone_wav(tmp_path_factory.mktemp("mic") / "mic48k.wav")
+    args = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--use-fake-device-for-media-stream",
+            f"--use-file-for-fake-audio-capture={mic}%noloop",
+            "--autoplay-policy=no-user-gesture-required",
+            "--disable-features=WebRtcHideLocalIpsWithMdns",
+            "--allow-loopback-in-peer-connection"]
+    async with playwright_api.async_playwright() as pw:
+        b = await pw.chromium.launch(executable_path=str(CHROMIUM), args=args)
+        try:
+            yield b
+        finally:
+            await b.close()
+
+
+@pytest_asyncio.fixture
+async def open_page(server: FakeVoiceServer, browser) -> AsyncIterator:
+    """Factory of pages in fresh contexts; closed before the server stops (it waits on them)."""
+    contexts = []
+
+    async def _open(url: str, *, mic: bool = True, mobile: bool = False):
+        context = await browser.new_context(
+            viewport={"width": 390, "height": 844} if mobile else {"width": 1200, "height": 760},
+            device_scale_factor=1, permissions=["microphone"] if mic else [])
+        contexts.append(context)
+        page = await context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        await page.goto(url)
+        return page, errors
+
+    try:
+        yield _open
+    finally:
+        for context in contexts:
+            await context.close()
+
+
+def shot_path(name: str) -> str:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    return str(ARTIFACTS / name)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def wait_state(page, state: str) -> None:
+    await page.wait_for_selector(f"#conn[data-state='{state}']", timeout=TIMEOUT * 1000)
+
+
+async def test_dead_server_shows_unreachable(server: FakeVoiceServer, open_page) -> None:
+    """Main controls are present, and a dead signaling URL shows "server unreachable"."""
+    dead = f"ws://127.0.0.1:{free_port()}/ws"
+    page, errors = await open_page(f"{server.url}?ws={dead}")
+    for selector in ("#talk", "#conn", "#conversation", "#timeline", "#meter-fill",
+                     "#agent-audio"):
+        assert await page.locator(selector).count() == 1, selector
+    notice = page.locator("#notice[data-kind='unreachable']")
+    await notice.wait_for(state="visible", timeout=TIMEOUT * 1000)
+    text = await notice.inner_text()
+    assert "Server unreachable" in text and dead in text
+    assert await page.locator("#retry").is_visible()
+    await wait_state(page, "closed")
+    assert await page.locator("#playbook-picker").is_hidden(), "/playbooks is a 404 here"
+    await page.screenshot(path=shot_path("page-unreachable.png"))
+    assert errors == []
+
+
+async def test_conversation_renders(server: FakeVoiceServer, open_page) -> None:
+    """Scripted server events render as bubbles, marks, latency and a timeline."""
+    server.playbooks = [{"id": "concierge", "name": "Concierge"},
+                        {"id": "dental", "name": "Dental clinic", "description": "Book visits"}]
+    page, errors = await open_page(server.url)
+    ws, playbook = await asyncio.wait_for(server.sockets.get(), TIMEOUT)
+    assert playbook == "concierge"
+    await wait_state(page, "connected")
+    assert await page.locator("#transport").inner_text() == "WebSocket"
+    assert await page.locator("#playbook-picker").is_visible()
+    assert await page.locator("#playbook option").all_inner_texts() == ["Concierge",
+                                                                        "Dental clinic"]
+
+    script = [
+        {"type": "speech-start"},
+        {"type": "transcript", "text": "Book a table", "isFinal": False},
+    ]
+    for m in script:
+        await ws.send_json(m)
+    interim = page.locator(".bubble.user.interim")
+    await interim.wait_for(timeout=TIMEOUT * 1000)
+    assert await interim.inner_text() == "Book a table"
+
+    script = [
+        {"type": "speech-end"},
+        {"type": "transcript", "text": "Book a table for two tonight.", "isFinal": True},
+        {"type": "llm-chunk", "content": "Let me check ", "done": False},
+        {"type": "tool-call-start", "name": "check_availability", "callId": "c1",
+         "arguments": {"party": 2, "time": "19:00"}},
+        {"type": "tool-call-end", "callId": "c1", "result": {"available": True},
+         "durationMs": 42},
+        {"type": "stage-change", "from": "greeting", "to": "booking", "reason": "tool_result"},
+        {"type": "llm-chunk", "content": "that for you.", "done": True},
+        {"type": "llm", "text": "Let me check that for you."},
+        {"type": "tts-start"},
+        {"type": "tts-complete"},
+        {"type": "turn-metrics", "firstAudioMs": 640, "sttMs": 210, "llmTtftMs": 120,
+         "ttsFirstAudioMs": 300},
+        {"type": "speech-start"},
+        {"type": "transcript", "text": "Make it eight o'clock.", "isFinal": True},
+        {"type": "llm-chunk", "content": "Sure, I have moved the booking to", "done": False},
+        {"type": "tts-start"},
+        {"type": "tts-cancelled"},
+        {"type": "error", "code": "TOOL_ERROR", "message": "calendar offline"},
+    ]
+    for m in script:
+        await ws.send_json(m)
+    await page.locator(".bubble.agent.interrupted").wait_for(timeout=TIMEOUT * 1000)
+
+    users = await page.locator(".bubble.user").all_inner_texts()
+    assert users == ["Book a table for two tonight.", "Make it eight o'clock."]
+    assert await page.locator(".bubble.user.interim").count() == 0
+    agents = page.locator(".bubble.agent")
+    assert await agents.count() == 2
+    first = await agents.nth(0).inner_text()
+    assert first.startswith("Let me check that for you.")
+    assert "reply 640 ms" in first and "STT 210 ms" in first
+    second = agents.nth(1)
+    assert await second.locator(".mark").text_content() == "interrupted"
+    assert "moved the booking to" in await second.locator(".text").inner_text()
+    timeline = await page.locator("#timeline li").all_inner_texts()
+    assert any("check_availability()" in t and "✓" in t and "42 ms" in t for t in timeline)
+    assert any("greeting → booking" in t for t in timeline)
+    assert await page.locator("#stage").inner_text() == "booking"
+    notice = page.locator("#notice[data-kind='error']")
+    assert "TOOL_ERROR" in await notice.inner_text()
+    await page.screenshot(path=shot_path("page-conversation.png"))
+    assert errors == []
+
+
+async def test_mobile_layout(server: FakeVoiceServer, open_page) -> None:
+    """On a phone-sized screen the talk button is on screen and nothing overflows sideways."""
+    page, errors = await open_page(server.url, mobile=True)
+    ws, _ = await asyncio.wait_for(server.sockets.get(), TIMEOUT)
+    await wait_state(page, "connected")
+    for m in [{"type": "transcript", "text": "What can you do?", "isFinal": True},
+              {"type": "llm", "text": "I can book tables, answer questions about opening "
+                                      "hours and take messages."},
+              {"type": "tts-start"}, {"type": "tts-complete"}]:
+        await ws.send_json(m)
+    await page.locator(".bubble.agent.done").wait_for(timeout=TIMEOUT * 1000)
+    box = await page.locator("#talk").bounding_box()
+    assert box is not None and box["y"] + box["height"] <= 844 and box["width"] >= 150
+    scroll_width = await page.evaluate("document.documentElement.scrollWidth")
+    assert scroll_width <= 390
+    await page.screenshot(path=shot_path("page-mobile.png"))
+    assert errors == []
+
+
+async def test_talk_fallback_sends_wav_utterance(server: FakeVoiceServer, open_page) -> None:
+    """Without WebRTC, Talk records the fake mic and sends one ``audio`` message (base64 WAV)."""
+    page, errors = await open_page(server.url)
+    await asyncio.wait_for(server.sockets.get(), TIMEOUT)
+    await wait_state(page, "connected")
+    await page.click("#talk")
+    await page.wait_for_selector("#talk[aria-pressed='true']", timeout=TIMEOUT * 1000)
+    await page.wait_for_function("window.voiceApp.client.micLevel > 0.05",
+                                 timeout=TIMEOUT * 1000)
+    await page.screenshot(path=shot_path("page-talking.png"))
+    msg = await asyncio.wait_for(server.audio.get(), TIMEOUT)
+    wav = base64.b64decode(msg["data"])
+    assert wav[:4] == b"RIFF" and wav[8:12] == b"WAVE"
+    channels, rate, bits = struct.unpack("<H", wav[22:24])[0], *struct.unpack("<I", wav[24:28]), \
+        struct.unpack("<H", wav[34:36])[0]
+    assert (channels, rate, bits) == (1, 16000, 16)
+    seconds = struct.unpack("<I", wav[40:44])[0] / 2 / 16000
+    assert 1.0 <= seconds <= 3.0, seconds  # 0.9 s tone + pre-roll + trailing silence
+    await page.click("#talk")
+    await page.wait_for_selector("#talk[aria-pressed='false']", timeout=TIMEOUT * 1000)
+    assert errors == []
+
+
+async def test_mic_denied_message(server: FakeVoiceServer, open_page) -> None:
+    """A refused microphone permission shows the "microphone blocked" message."""
+    page, errors = await open_page(server.url, mic=False)
+    await asyncio.wait_for(server.sockets.get(), TIMEOUT)
+    await wait_state(page, "connected")
+    await page.click("#talk")
+    notice = page.locator("#notice[data-kind='mic-denied']")
+    await notice.wait_for(state="visible", timeout=TIMEOUT * 1000)
+    assert "Microphone blocked" in await notice.inner_text()
+    assert await page.locator("#talk").get_attribute("aria-pressed") == "false"
+    assert errors == []

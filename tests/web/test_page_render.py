@@ -41,6 +41,7 @@ class FakeVoiceServer:
     playbooks: list | None = None
     sockets: asyncio.Queue = field(default_factory=asyncio.Queue)
     received: list = field(default_factory=list)
+    origins: list = field(default_factory=list)
     audio: asyncio.Queue = field(default_factory=asyncio.Queue)
     url: str = ""
 
@@ -51,7 +52,9 @@ class FakeVoiceServer:
         path = (WEB / request.match_info["name"]).resolve()
         if path.parent != WEB or not path.is_file():
             raise web.HTTPNotFound()
-        return web.FileResponse(path, headers={"Content-Type": CONTENT_TYPES[path.suffix]})
+        # module scripts from another origin are fetched in CORS mode
+        return web.FileResponse(path, headers={"Content-Type": CONTENT_TYPES[path.suffix],
+                                               "Access-Control-Allow-Origin": "*"})
 
     async def list_playbooks(self, request: web.Request) -> web.StreamResponse:
         if self.playbooks is None:
@@ -61,6 +64,7 @@ class FakeVoiceServer:
     async def ws(self, request: web.Request) -> web.StreamResponse:
         ws = web.WebSocketResponse()
         await ws.prepare(request)
+        self.origins.append(request.headers.get("Origin"))
         await ws.send_json({"type": "ready", "id": "sess-1", "protocolVersion": 1,
                             "iceServers": []})
         await self.sockets.put((ws, request.query.get("playbook")))
@@ -311,3 +315,50 @@ async def test_mic_denied_message(server: FakeVoiceServer, open_page) -> None:
     assert "Microphone blocked" in await notice.inner_text()
     assert await page.locator("#talk").get_attribute("aria-pressed") == "false"
     assert errors == []
+
+
+def embed_example(port: int) -> str:
+    """The HTML example of docs/embed.md, pointed at the test server's port."""
+    doc = (ROOT / "docs" / "embed.md").read_text()
+    html = doc.split("```html\n", 1)[1].split("```", 1)[0]
+    assert html.count("127.0.0.1:8787") == 2
+    return html.replace("127.0.0.1:8787", f"127.0.0.1:{port}")
+
+
+async def test_embed_example_from_another_origin(server: FakeVoiceServer, open_page) -> None:
+    """The docs' embedding example works from another origin (port) as written."""
+    port = int(server.url.rsplit(":", 1)[1].strip("/"))
+    html = embed_example(port)
+    lines = html.strip().splitlines()
+    assert len(lines) <= 20, "the example stays short"
+
+    async def page_handler(request: web.Request) -> web.Response:
+        return web.Response(text=html, content_type="text/html")
+
+    app = web.Application()
+    app.router.add_get("/", page_handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    other = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        page, errors = await open_page(f"http://127.0.0.1:{other}/")
+        await page.click("#talk")
+        ws, _ = await asyncio.wait_for(server.sockets.get(), TIMEOUT)
+        assert server.origins == [f"http://127.0.0.1:{other}"]
+        await page.wait_for_function("document.getElementById('state').textContent"
+                                     " === 'connected'", timeout=TIMEOUT * 1000)
+        for m in [{"type": "speech-start"}, {"type": "speech-end"},
+                  {"type": "transcript", "text": "Hello there", "isFinal": True},
+                  {"type": "llm-chunk", "content": "Hi, ", "done": False},
+                  {"type": "llm-chunk", "content": "how can I help?", "done": True},
+                  {"type": "llm", "text": "Hi, how can I help?"},
+                  {"type": "tts-start"}, {"type": "tts-complete"}]:
+            await ws.send_json(m)
+        await page.wait_for_function("document.getElementById('agent').textContent"
+                                     " === 'Hi, how can I help?'", timeout=TIMEOUT * 1000)
+        assert await page.locator("#you").inner_text() == "You: Hello there"
+        assert errors == []
+    finally:
+        await runner.cleanup()

@@ -39,6 +39,9 @@ const TRANSITIONS = {
 /** Messages handled by the client itself (WebSocket only); everything else is payload. */
 const SIGNALING_TYPES = new Set(["ready", "pong", "signal", "reconnect-ack"]);
 
+/** Error codes that refuse a `reconnect` (spec: "Error Codes"). */
+const SESSION_CODES = new Set(["SESSION_NOT_FOUND", "SESSION_EXPIRED"]);
+
 /** Payload message types re-dispatched as events of the same name (spec: "Server → Client"). */
 const EVENT_TYPES = new Set([
   "speech-start", "speech-end", "transcript", "llm-chunk", "llm", "tts-start", "tts-chunk",
@@ -511,6 +514,7 @@ export class VoiceClient extends EventTarget {
     this._lastInbound = 0;
     this._connectPromise = null;
     this._negotiation = Promise.resolve();
+    this._resuming = false;
   }
 
   /** @returns {string} the current State */
@@ -707,12 +711,19 @@ export class VoiceClient extends EventTarget {
     if (resumeSessionId) {
       // spec: "Session Reconnection": reconnect{sessionId} right after the new ready
       ws.send(JSON.stringify({ type: "reconnect", sessionId: resumeSessionId }));
+      // an unknown or expired session may be refused with an error instead of an ack: the
+      // connection then simply goes on with the new session (no error event for it)
       let ack = null;
+      this._resuming = true;
       try {
-        ack = await this._waitFor(epoch, (m) => m.type === "reconnect-ack", "reconnect-ack");
+        ack = await this._waitFor(epoch, (m) => m.type === "reconnect-ack"
+          || (m.type === "error" && SESSION_CODES.has(m.code)), "reconnect-ack");
       } catch (err) {
         if (epoch !== this._epoch) throw err;
+      } finally {
+        this._resuming = false;
       }
+      if (ack?.type !== "reconnect-ack") ack = null;
       if (ack?.success && ack.sessionId) this.sessionId = ack.sessionId;
       this._emit("reconnected", {
         sessionId: this.sessionId, historyRecovered: Boolean(ack?.success && ack.historyRecovered),
@@ -803,6 +814,7 @@ export class VoiceClient extends EventTarget {
     this._emit("message", msg);
     switch (msg.type) {
       case "error": {
+        if (this._resuming && SESSION_CODES.has(msg.code)) return;
         if (msg.code === "WEBRTC_UNAVAILABLE") {
           // handled by falling back to the WebSocket transport (a `transport` event tells)
           this._log?.info?.("llmrtc: the server has no WebRTC");

@@ -146,7 +146,7 @@ test("reconnect: backoff, reconnect{sessionId} right after ready, queued sends a
   assert.deepEqual(first, { type: "reconnect", sessionId: "first" });
   again.push({ type: "reconnect-ack", success: true, sessionId: "first", historyRecovered: true });
   assert.deepEqual(await reconnected, { sessionId: "first", historyRecovered: true });
-  await nextEvent(client, "state", (d) => d.state === "connected");
+  await waitFor(() => client.state === State.CONNECTED);
   assert.equal(client.sessionId, "first");
   assert.deepEqual(again.sent.map((m) => m.type), ["reconnect", "attachments"]);
   assert.deepEqual(states(), ["connecting", "connected", "reconnecting", "connected"]);
@@ -161,6 +161,22 @@ test("a failed reconnect keeps the new session id", async () => {
   again.push({ type: "reconnect-ack", success: false, sessionId: "old", historyRecovered: false });
   const info = await nextEvent(client, "reconnected");
   assert.deepEqual(info, { sessionId: "new", historyRecovered: false });
+  client.close();
+});
+
+test("a reconnect refused with SESSION_NOT_FOUND goes on with the new session, quietly", async () => {
+  const { client, server, socket } = await connected("old");
+  const errors = recordEvents(client, ["error"]);
+  socket.drop();
+  const again = await server.acceptReady("new");
+  await again.receive((m) => m.type === "reconnect");
+  again.push({ type: "error", code: "SESSION_NOT_FOUND", message: "unknown session" });
+  const info = await nextEvent(client, "reconnected");
+  assert.deepEqual(info, { sessionId: "new", historyRecovered: false });
+  await waitFor(() => client.state === State.CONNECTED);
+  assert.deepEqual(errors, []);
+  again.push({ type: "error", code: "SESSION_EXPIRED", message: "later, it is an error" });
+  assert.equal(errors.length, 1);
   client.close();
 });
 
@@ -183,7 +199,7 @@ test("a reconnect attempt that fails is retried and then succeeds", async () => 
   const third = await server.acceptReady("t");
   await third.receive((m) => m.type === "reconnect" && m.sessionId === "s");
   third.push({ type: "reconnect-ack", success: true, sessionId: "s", historyRecovered: true });
-  await nextEvent(client, "state", (d) => d.state === "connected");
+  await waitFor(() => client.state === State.CONNECTED);
   assert.equal(client.backoff.attempt, 0, "backoff resets once connected");
   client.close();
 });

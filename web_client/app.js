@@ -7,7 +7,8 @@
 //   ?transport=ws           skip WebRTC, use the WebSocket fallback
 //   ?echoCancellation=0     turn the browser's echo cancellation off (tests with a fake mic)
 
-import { State, VoiceClient } from "./llmrtc.js";
+// the server serves this page at /, app.js and style.css beside it, the client at /client/
+import { State, VoiceClient } from "./client/llmrtc.js";
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
@@ -400,13 +401,16 @@ function onStageChange({ from, to, reason }) {
 /** Fill the picker from GET /playbooks; hidden on 404 or with fewer than two playbooks. */
 async function loadPlaybooks() {
   let list;
+  let serverDefault;
   try {
     const res = await fetch(new URL("playbooks", location.href), {
       headers: { accept: "application/json" },
     });
     if (!res.ok) return;
     const body = await res.json();
+    // voice_server answers {default, playbooks: [{id, description, ...}]}; a bare list works too
     list = Array.isArray(body) ? body : Array.isArray(body?.playbooks) ? body.playbooks : [];
+    serverDefault = Array.isArray(body) ? undefined : body?.default;
   } catch {
     return;
   }
@@ -415,6 +419,10 @@ async function loadPlaybooks() {
       description: p.description ?? "" })).filter((p) => p.id);
   if (items.length < 2) return;
   const select = $("playbook");
+  if (serverDefault === null) {
+    // the server runs without a playbook unless asked: offer that too
+    items.unshift({ id: "", name: "No playbook", description: "the plain assistant" });
+  }
   for (const p of items) {
     const opt = document.createElement("option");
     opt.value = p.id;
@@ -423,7 +431,8 @@ async function loadPlaybooks() {
     select.append(opt);
   }
   if (app.playbook && items.some((p) => p.id === app.playbook)) select.value = app.playbook;
-  else app.playbook = select.value;
+  else if (serverDefault && items.some((p) => p.id === serverDefault)) select.value = serverDefault;
+  app.playbook = select.value;
   $("playbook-picker").hidden = false;
   select.addEventListener("change", async () => {
     app.playbook = select.value;

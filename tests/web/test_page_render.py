@@ -1,5 +1,6 @@
 """The bundled page in real headless Chromium (Debian's, through Playwright), against a tiny
-server on 127.0.0.1 that serves ``web_client/`` like voice_server does (``/``, ``/client/*``,
+server on 127.0.0.1 that serves ``web_client/`` like voice_server does (``/``, ``/app.js``,
+``/style.css``, ``/client/llmrtc.js``,
 ``/playbooks``) plus a scripted llmrtc v1 peer on ``/ws`` that has no WebRTC, so the page uses
 the WebSocket path. Screenshots go to ``artifacts/web/``.
 """
@@ -27,6 +28,8 @@ WEB = ROOT / "web_client"
 ARTIFACTS = ROOT / "artifacts" / "web"
 CHROMIUM = Path("/usr/bin/chromium")
 TIMEOUT = 10.0 * float(os.environ.get("TEST_TIME_FACTOR", "1"))
+# the routes voice_server serves from web_client/ (server/http.py)
+STATIC_ROUTES = {"/client/llmrtc.js": "llmrtc.js", "/app.js": "app.js", "/style.css": "style.css"}
 CONTENT_TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html"}
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(),
@@ -38,7 +41,7 @@ playwright_api = pytest.importorskip("playwright.async_api")
 class FakeVoiceServer:
     """Static files + a scripted llmrtc peer; every accepted socket lands in ``sockets``."""
 
-    playbooks: list | None = None
+    playbooks: list | dict | None = None
     sockets: asyncio.Queue = field(default_factory=asyncio.Queue)
     received: list = field(default_factory=list)
     origins: list = field(default_factory=list)
@@ -49,9 +52,7 @@ class FakeVoiceServer:
         return web.FileResponse(WEB / "index.html", headers={"Content-Type": "text/html"})
 
     async def client_file(self, request: web.Request) -> web.StreamResponse:
-        path = (WEB / request.match_info["name"]).resolve()
-        if path.parent != WEB or not path.is_file():
-            raise web.HTTPNotFound()
+        path = WEB / STATIC_ROUTES[request.path]
         # module scripts from another origin are fetched in CORS mode
         return web.FileResponse(path, headers={"Content-Type": CONTENT_TYPES[path.suffix],
                                                "Access-Control-Allow-Origin": "*"})
@@ -88,7 +89,8 @@ async def server() -> AsyncIterator[FakeVoiceServer]:
     fake = FakeVoiceServer()
     app = web.Application()
     app.router.add_get("/", fake.index)
-    app.router.add_get("/client/{name}", fake.client_file)
+    for route in STATIC_ROUTES:
+        app.router.add_get(route, fake.client_file)
     app.router.add_get("/playbooks", fake.list_playbooks)
     app.router.add_get("/ws", fake.ws)
     runner = web.AppRunner(app)
@@ -194,16 +196,16 @@ async def test_dead_server_shows_unreachable(server: FakeVoiceServer, open_page)
 
 async def test_conversation_renders(server: FakeVoiceServer, open_page) -> None:
     """Scripted server events render as bubbles, marks, latency and a timeline."""
-    server.playbooks = [{"id": "concierge", "name": "Concierge"},
-                        {"id": "dental", "name": "Dental clinic", "description": "Book visits"}]
+    server.playbooks = {"default": "dental", "playbooks": [
+        {"id": "concierge", "description": "Front desk"},
+        {"id": "dental", "description": "Book visits", "stages": ["greeting", "booking"]}]}
     page, errors = await open_page(server.url)
     ws, playbook = await asyncio.wait_for(server.sockets.get(), TIMEOUT)
-    assert playbook == "concierge"
+    assert playbook == "dental", "the server's default playbook is preselected"
     await wait_state(page, "connected")
     assert await page.locator("#transport").inner_text() == "WebSocket"
     assert await page.locator("#playbook-picker").is_visible()
-    assert await page.locator("#playbook option").all_inner_texts() == ["Concierge",
-                                                                        "Dental clinic"]
+    assert await page.locator("#playbook option").all_inner_texts() == ["concierge", "dental"]
 
     script = [
         {"type": "speech-start"},

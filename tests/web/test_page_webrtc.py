@@ -41,6 +41,8 @@ ARTIFACTS = ROOT / "artifacts" / "web"
 CHROMIUM = Path("/usr/bin/chromium")
 IN_NETNS = os.environ.get("VOICE_TEST_NETNS") == "1"
 TIMEOUT = 15.0 * float(os.environ.get("TEST_TIME_FACTOR", "1"))
+# the routes voice_server serves from web_client/ (server/http.py)
+STATIC_ROUTES = {"/client/llmrtc.js": "llmrtc.js", "/app.js": "app.js", "/style.css": "style.css"}
 CONTENT_TYPES = {".js": "text/javascript", ".css": "text/css"}
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(),
@@ -98,9 +100,7 @@ class ScriptedPeer:
         return self.web.FileResponse(WEB / "index.html", headers={"Content-Type": "text/html"})
 
     async def client_file(self, request):
-        path = (WEB / request.match_info["name"]).resolve()
-        if path.parent != WEB or not path.is_file():
-            raise self.web.HTTPNotFound()
+        path = WEB / STATIC_ROUTES[request.path]
         return self.web.FileResponse(path, headers={"Content-Type": CONTENT_TYPES[path.suffix]})
 
     async def ws(self, request):
@@ -224,7 +224,8 @@ async def peer(monkeypatch) -> AsyncIterator[ScriptedPeer]:
     fake = ScriptedPeer()
     app = web.Application()
     app.router.add_get("/", fake.index)
-    app.router.add_get("/client/{name}", fake.client_file)
+    for route in STATIC_ROUTES:
+        app.router.add_get(route, fake.client_file)
     app.router.add_get("/ws", fake.ws)
     runner = web.AppRunner(app)
     await runner.setup()

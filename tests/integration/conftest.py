@@ -49,11 +49,11 @@ class Client:
     async def send(self, payload: dict[str, Any] | str | bytes) -> None:
         await self.ws.send(payload if isinstance(payload, str | bytes) else json.dumps(payload))
 
-    async def recv(self, timeout: float = 10) -> dict[str, Any]:
+    async def recv(self, timeout: float = 10) -> dict[str, Any]:  # noqa: ASYNC109
         raw = await asyncio.wait_for(self.ws.recv(), scaled(timeout))
         return json.loads(raw)
 
-    async def until(self, kind: str, timeout: float = 60) -> list[dict[str, Any]]:
+    async def until(self, kind: str, timeout: float = 60) -> list[dict[str, Any]]:  # noqa: ASYNC109
         """Receive messages up to and including the first of type ``kind``."""
         seen = []
         async with asyncio.timeout(scaled(timeout)):

@@ -59,7 +59,8 @@ class VoiceServer:
         self._server: Server | None = None
         self._started = time.monotonic()
         self.routes = HttpRoutes(health=self.health, metrics=self.metrics.render,
-                                 static_dir=WEB_CLIENT_DIR, allowed_origins=settings.allowed_origins)
+                                 static_dir=WEB_CLIENT_DIR,
+                                 allowed_origins=settings.allowed_origins)
 
     # ---- lifecycle --------------------------------------------------------------------------
     async def __aenter__(self) -> VoiceServer:

@@ -15,7 +15,6 @@ import asyncio
 import base64
 import json
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile

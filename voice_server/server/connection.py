@@ -214,8 +214,8 @@ class Connection:
         return cut
 
     @property
-    def speaking(self) -> bool:
-        return self._turn is not None and not self._turn.done
+    def current_turn(self) -> Turn | None:
+        return self._turn
 
     async def start_utterance(self, pcm: np.ndarray, output: SpeechOutput,
                               record: TurnRecord | None = None) -> None:

@@ -242,3 +242,26 @@ async def test_close_is_idempotent(service):
     with pytest.raises(aiohttp.ClientConnectionError):
         async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{port}/health"):
             pass
+
+
+async def test_oversized_body(http):
+    """A body over the 4 MiB limit is invalid_argument, not a crash."""
+    status, _, raw = await post(http, b'{"tool_name":"echo","input":"' + b"x" * (5 << 20) + b'"}')
+    assert (status, json.loads(raw)) == (400, {"code": "invalid_argument",
+                                              "message": "request body too large"})
+
+
+async def test_unexpected_failure_is_generic(store, fake):
+    """A crash inside a provider builder answers internal "internal error", no traceback."""
+    from voice_server.adapters.prompt import EnvFileVault, LLMFactory, PromptService
+
+    def explode(config, key):
+        raise RuntimeError("boom sk-secret")
+
+    factory = LLMFactory(builders={"explode": explode})
+    await store.put(ToolConfig(name="x", provider="explode", model="m"))
+    service = PromptService(store, EnvFileVault(environ={}), factory)
+    async with PromptSidecar(service, port=0, grpc_port=None) as sidecar, \
+            aiohttp.ClientSession(f"http://127.0.0.1:{sidecar.port}") as session:
+        status, _, raw = await post(session, {"tool_name": "x", "input": "y"})
+    assert (status, json.loads(raw)) == (500, {"code": "internal", "message": "internal error"})

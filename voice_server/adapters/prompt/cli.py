@@ -129,6 +129,9 @@ def _main(coro: Any) -> int:
     except PromptError as exc:
         print(f"voice-server prompt: {exc.code}: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    except OSError as exc:  # e.g. the port is taken
+        print(f"voice-server prompt: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_ERROR
 
 
 def _settings(args: argparse.Namespace) -> Any:

@@ -164,3 +164,32 @@ async def test_sidecar_process(tmp_path, db, capsys):
                 proc.send_signal(signal.SIGTERM)
             await asyncio.wait_for(proc.wait(), 30)
         assert proc.returncode == 0, (await proc.stderr.read()).decode()[-2000:]
+
+
+async def test_prompt_run_remote(capsys, sidecar, fake):
+    """--remote sends the request to a running sidecar over Connect; errors stay one line."""
+    base = f"http://127.0.0.1:{sidecar.port}"
+    fake.add(Reply(text="remote answer"))
+    code, out, err = await acli(capsys, "prompt", "run", "--remote", base, "--tool-name",
+                                "echo", "--input", "hi", "--max-output-tokens", "7")
+    assert (code, out, err) == (0, "remote answer\n", "")
+    assert fake.requests[-1]["max_tokens"] == 7
+    code, out, err = await acli(capsys, "prompt", "run", "--remote", base, "--tool-name",
+                                "nope", "--input", "hi")
+    assert (code, out, err) == (1, "", "voice-server prompt: not_found: tool not found\n")
+    code, _, err = await acli(capsys, "prompt", "run", "--remote", "http://127.0.0.1:9",
+                              "--tool-name", "echo", "--input", "hi")
+    assert code == 1 and err.startswith("voice-server prompt: cannot reach http://127.0.0.1:9")
+
+
+async def test_default_secrets_file_in_data_dir(capsys, tmp_path, monkeypatch):
+    """Without --secrets-file, DATA_DIR/secrets.env is the vault's file."""
+    monkeypatch.setenv("VOICE_SERVER_DATA_DIR", str(tmp_path))
+    (tmp_path / "secrets.env").write_text("k=sk-data-dir\n")
+    async with FakeOpenAI(model="m") as fake:
+        await acli(capsys, "prompt", "tools", "add", "t", "--provider", "openai", "--model",
+                   "m", "--base-url", fake.base_url, "--api-key-secret", "k")
+        code, out, _ = await acli(capsys, "prompt", "run", "--tool-name", "t", "--input", "x")
+        assert (code, out) == (0, "You said: x\n")
+        assert fake.request_headers[-1]["Authorization"] == "Bearer sk-data-dir"
+    assert (tmp_path / "prompt-tools.sqlite3").is_file()

@@ -50,8 +50,8 @@ def _add_service_flags(parser: argparse.ArgumentParser) -> None:
     _add_store_flags(parser)
     parser.add_argument("--secrets-file", metavar="FILE",
                         default=os.environ.get("VOICE_SERVER_PROMPT_SECRETS_FILE"),
-                        help="API-key secrets: a JSON object or NAME=VALUE lines (environment "
-                             "variables are consulted after it)")
+                        help="API-key secrets: a JSON object or NAME=VALUE lines, consulted "
+                             "before environment variables (default: DATA_DIR/secrets.env)")
     parser.add_argument("--config", metavar="FILE",
                         help="voice-server settings file (the local model's options)")
 
@@ -74,6 +74,9 @@ def register(subparsers: Any) -> None:
     run.add_argument("--max-output-tokens", type=int)
     run.add_argument("--model", help="override the tool's model")
     run.add_argument("--json", action="store_true", help="print the full response object")
+    run.add_argument("--remote", metavar="URL",
+                     help="send the request to a running sidecar (its Connect base URL, e.g. "
+                          "http://127.0.0.1:53051) instead of calling the model here")
     _add_service_flags(run)
     run.set_defaults(func=_cmd_run)
 
@@ -194,6 +197,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
             request = parse_run_request(body)
         except PromptError as exc:
             raise _CLIError(f"invalid request: {exc}", EXIT_USAGE) from exc
+        if args.remote:
+            response = await _run_remote(args.remote, body)
+            _print_response(response, args.json)
+            return 0
         async with open_service(db=args.db, data_dir=args.data_dir,
                                 secrets_file=args.secrets_file,
                                 settings=_settings(args)) as service:
@@ -205,6 +212,31 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 0
 
     return _main(go())
+
+
+async def _run_remote(base_url: str, body: dict[str, Any]) -> dict[str, Any]:
+    """One standard Connect unary call (``application/json``) to a running sidecar."""
+    import aiohttp
+
+    from .server import RUN_PATH
+
+    url = base_url.rstrip("/") + RUN_PATH
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as http, \
+                http.post(url, json=body, headers={"Connect-Protocol-Version": "1"}) as resp:
+            raw = await resp.read()
+            status = resp.status
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise _CLIError(f"cannot reach {base_url}: {type(exc).__name__}") from exc
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        data = None
+    if status == 200 and isinstance(data, dict) and "output" in data:
+        return data
+    if isinstance(data, dict) and isinstance(data.get("code"), str):
+        raise _CLIError(f"{data['code']}: {data.get('message', '')}")
+    raise _CLIError(f"{base_url} answered HTTP {status}")
 
 
 def _parse_setting(item: str) -> tuple[str, Any]:

@@ -22,13 +22,15 @@ from ...llm.types import ChatRequest
 from .codec import RunRequest, build_response, normalize_input
 from .errors import PromptError, from_llm_error
 from .factory import Builder, LLMFactory
-from .store import ToolConfig, ToolStore, open_store
+from .store import ToolConfig, ToolStore, default_data_dir, open_store
 from .vault import EnvFileVault, SecretVault
 
 if TYPE_CHECKING:
     from ...config import Settings
 
-__all__ = ["PromptService", "open_service"]
+__all__ = ["DEFAULT_SECRETS_FILE", "PromptService", "open_service"]
+
+DEFAULT_SECRETS_FILE = "secrets.env"
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +99,10 @@ async def open_service(*, db: str | None = None, data_dir: str | Path | None = N
                        secrets_file: str | Path | None = None, settings: Settings | None = None,
                        builders: dict[str, Builder] | None = None,
                        executor: Executor | None = None) -> AsyncIterator[PromptService]:
-    """Open the store, the default vault and the factory; close them all on exit."""
+    """Open the store, the default vault and the factory; close them all on exit. The secrets
+    file defaults to ``secrets.env`` in the data directory (used only if it exists)."""
+    if secrets_file is None:
+        secrets_file = Path(data_dir or default_data_dir()) / DEFAULT_SECRETS_FILE
     async with open_store(db, data_dir=data_dir) as store:
         factory = LLMFactory(settings, executor=executor, builders=builders)
         try:

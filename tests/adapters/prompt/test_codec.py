@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from voice_server.adapters.prompt.codec import (
     build_response,
@@ -200,3 +202,33 @@ def test_unknown_code_rejected():
     """A PromptError only takes Connect codes."""
     with pytest.raises(ValueError):
         PromptError("x", code="bogus")
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                max_size=4),
+    max_leaves=12)
+_request_like = st.fixed_dictionaries({}, optional={
+    "tool_name": _json, "toolName": _json, "input": _json, "model": _json, "tools": _json,
+    "temperature": _json, "max_output_tokens": _json, "maxOutputTokens": _json})
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.binary(max_size=200) | _request_like.map(lambda d: json.dumps(d).encode()))
+def test_parse_never_crashes(body):
+    """Any bytes decode to a request or raise InvalidArgument, nothing else."""
+    try:
+        req = parse_run_request(body)
+    except InvalidArgument as exc:
+        assert exc.code == "invalid_argument"
+    else:
+        assert req.tool_name and req.tool_name == req.tool_name.strip()
+        assert isinstance(normalize_input(req.input), str)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_json)
+def test_normalize_input_is_total(value):
+    """normalize_input accepts every JSON value."""
+    assert isinstance(normalize_input(value), str)

@@ -135,6 +135,8 @@ def _main(coro: Any) -> int:
     except OSError as exc:  # e.g. the port is taken
         print(f"voice-server prompt: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
 
 
 def _settings(args: argparse.Namespace) -> Any:

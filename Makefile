@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 # llama-cpp-python builds from source (~10 min on 2 cores, cached by pip afterwards)
 export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
-APT_TEST_PACKAGES := espeak-ng sox libsox-fmt-all iproute2 util-linux
+APT_TEST_PACKAGES := espeak-ng sox libsox-fmt-all iproute2 util-linux postgresql
 SERVE_ARGS ?=
 
 .PHONY: serve test install install-test system-test-deps lint clean

@@ -73,6 +73,7 @@ class Settings(BaseSettings):
     # text to speech
     tts_voice: str | None = Field(None, description="Piper .onnx voice path "
                                   "(default: bundled en_US-joe-medium)")
+    tts_threads: int = Field(1, ge=1, description="CPU threads for one TTS synthesis")
 
     # language model
     llm_provider: Literal["local", "openai_compat"] = Field(

@@ -31,18 +31,31 @@ def default_piper_voice() -> Path:
 class PiperTTS:
     name = "piper"
 
-    def __init__(self, pool: ComputePool, *, voice: str | None = None) -> None:
+    def __init__(self, pool: ComputePool, *, voice: str | None = None, threads: int = 1) -> None:
         self._pool = pool
         self.voice_path = Path(voice) if voice else default_piper_voice()
+        self._threads = threads
         self._voice = None
 
     def _load(self):
         if self._voice is None:
-            from piper import PiperVoice
+            import json
 
-            if not self.voice_path.is_file():
-                raise TTSError(f"Piper voice not found: {self.voice_path}")
-            self._voice = PiperVoice.load(str(self.voice_path))
+            import onnxruntime
+            from piper import PiperConfig, PiperVoice
+
+            config_path = Path(f"{self.voice_path}.json")
+            if not self.voice_path.is_file() or not config_path.is_file():
+                raise TTSError(f"Piper voice not found: {self.voice_path} (+ .json)")
+            # Built here rather than with PiperVoice.load so the thread budget is ours: on
+            # 2 cores, STT, TTS and the local LLM must not each claim every core.
+            options = onnxruntime.SessionOptions()
+            options.intra_op_num_threads = self._threads
+            options.inter_op_num_threads = 1
+            self._voice = PiperVoice(
+                config=PiperConfig.from_dict(json.loads(config_path.read_text("utf-8"))),
+                session=onnxruntime.InferenceSession(str(self.voice_path), sess_options=options,
+                                                     providers=["CPUExecutionProvider"]))
         return self._voice
 
     async def load(self) -> None:

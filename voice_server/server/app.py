@@ -46,7 +46,7 @@ class VoiceServer:
                               compute_type=settings.stt_compute_type,
                               beam_size=settings.stt_beam_size, language=settings.stt_language,
                               threads=settings.stt_threads)
-        self.tts = PiperTTS(self.pool, voice=settings.tts_voice)
+        self.tts = PiperTTS(self.pool, voice=settings.tts_voice, threads=settings.tts_threads)
         self.router = build_router(settings)
         self.sessions = InMemorySessionStore(ttl_s=settings.session_ttl_s)
         self.rtc_factory: Any = None  # set by the WebRTC module when aiortc is usable

@@ -47,6 +47,7 @@ def build_runtimes(entries: dict[str, ProviderEntry] | None, settings: Settings,
                 timeout_s=settings.llm_timeout_s)
             runtimes[key] = ProviderRuntime(key, entry, chat=provider, embedder=provider)
             continue
+        entry = entry.model_copy(update={"defaults": {"embed": EMBED_MODEL, **entry.defaults}})
         runtime = ProviderRuntime(key, entry, embedder=MiniLMEmbeddingProvider(
             name=key, executor=executor))
         try:
@@ -59,7 +60,8 @@ def build_runtimes(entries: dict[str, ProviderEntry] | None, settings: Settings,
             runtime.problem = "Chat model unavailable"
         if runtime.chat is not None:
             model = entry.defaultModel or runtime.chat.default_model
-            defaults = {"chat": model, "chatStream": model, **entry.defaults}
+            defaults = {"chat": model, "chatStream": model, "embed": EMBED_MODEL,
+                        **entry.defaults}
             runtime.entry = entry.model_copy(update={"defaultModel": model,
                                                      "defaults": defaults})
         runtimes[key] = runtime

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+from datetime import datetime
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -48,11 +49,27 @@ def mcp_input_schema(name: str) -> dict[str, Any]:
     return schema
 
 
+def _is_datetime(value: object) -> bool:
+    """RFC 3339 date-time (what the envelope's ``timestamp`` carries): a date, ``T``, a time
+    and a zone (``Z`` or an offset). Checked here rather than with an optional dependency."""
+    if not isinstance(value, str):
+        return True  # the type keyword reports non-strings
+    text = value.strip()
+    if len(text) < 20 or text[10] not in "Tt" or not (text[-1] in "Zz" or text[-6] in "+-"):
+        return False
+    try:
+        datetime.fromisoformat(text[:-1] + "+00:00" if text[-1] in "Zz" else text)
+    except ValueError:
+        return False
+    return True
+
+
 class SchemaSet:
     """Compiled validators for the request schemas (one instance per server, no globals)."""
 
     def __init__(self) -> None:
-        checker = FormatChecker()
+        checker = FormatChecker(formats=())
+        checker.checks("date-time")(_is_datetime)
         self._validators = {
             name: Draft202012Validator(_raw(name), format_checker=checker)
             for name in SCHEMA_NAMES

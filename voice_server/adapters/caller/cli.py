@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -73,6 +74,9 @@ def run(args: argparse.Namespace) -> int:
     except (CallerConfigError, ConfigError) as exc:
         print(f"voice-server sidecar caller: {getattr(exc, 'message', exc)}", file=sys.stderr)
         return 2
+    except OSError as exc:  # e.g. the port is taken
+        print(f"voice-server sidecar caller: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 0
 
@@ -107,9 +111,14 @@ async def _main(args: argparse.Namespace) -> int:
                 async with stdio_server() as (read, write):
                     await server.run(read, write, server.create_initialization_options())
                 return 0
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
             server = build_mcp_server(service)
-            async with CallerHTTPServer(service, server, host=options.host, port=options.port,
-                                        handle_signals=True) as http:
+            async with CallerHTTPServer(service, server, host=options.host,
+                                        port=options.port) as http:
                 log.info("LLM caller on %s (REST /mcp/..., MCP /mcp)", http.url)
-                await http.wait_closed()
+                await http.serve_until(stop)
+            log.info("LLM caller stopped")
     return 0

@@ -251,10 +251,12 @@ def build_app(service: CallerService, mcp_server: Server[Any], *,
 
 
 class _Uvicorn(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, *, handle_signals: bool) -> None:
+    """uvicorn with a readiness event and without its own signal handling (the owner decides
+    when to stop: ``CallerHTTPServer.__aexit__``)."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
         super().__init__(config)
         self.ready = asyncio.Event()
-        self._handle_signals = handle_signals
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
@@ -262,23 +264,18 @@ class _Uvicorn(uvicorn.Server):
 
     @contextlib.contextmanager
     def capture_signals(self):  # type: ignore[override]
-        if self._handle_signals:
-            with super().capture_signals():
-                yield
-        else:
-            yield
+        yield
 
 
 class CallerHTTPServer:
     """``async with CallerHTTPServer(service, mcp_server, host=..., port=0) as srv: srv.port``"""
 
     def __init__(self, service: CallerService, mcp_server: Server[Any], *,
-                 host: str = "127.0.0.1", port: int = 4037, handle_signals: bool = False,
+                 host: str = "127.0.0.1", port: int = 4037,
                  start_timeout_s: float = 10.0) -> None:
         self.host = host
         self.port = port
         self._app = build_app(service, mcp_server)
-        self._handle_signals = handle_signals
         self._start_timeout_s = start_timeout_s
         self._server: _Uvicorn | None = None
         self._task: asyncio.Task[None] | None = None
@@ -301,7 +298,7 @@ class CallerHTTPServer:
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(self._app, lifespan="on", log_level="warning", access_log=False,
                                 timeout_graceful_shutdown=2)
-        self._server = _Uvicorn(config, handle_signals=self._handle_signals)
+        self._server = _Uvicorn(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]),
                                          name=f"llm-caller-http:{self.port}")
         ready = asyncio.create_task(self._server.ready.wait(), name="llm-caller-http-ready")
@@ -313,10 +310,15 @@ class CallerHTTPServer:
             raise RuntimeError("the caller HTTP server did not start")
         return self
 
-    async def wait_closed(self) -> None:
-        """Serve until the server stops (a signal when ``handle_signals``)."""
-        if self._task is not None:
-            await asyncio.shield(self._task)
+    async def serve_until(self, stop: asyncio.Event) -> None:
+        """Serve until ``stop`` is set (or the server fails)."""
+        if self._task is None:
+            return
+        waiter = asyncio.create_task(stop.wait(), name="llm-caller-http-stop")
+        try:
+            await asyncio.wait({waiter, self._task}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
 
     async def __aexit__(self, *exc: object) -> None:
         server, task = self._server, self._task

@@ -288,6 +288,9 @@ class CallerHTTPServer:
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # accepted sockets inherit it: without it a keep-alive answer written as headers then
+        # body waits ~40 ms for the delayed ACK of the first segment (Nagle)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             sock.bind((self.host, self.port))
         except OSError:

@@ -46,6 +46,7 @@ class FakeOpenAI:
         self.embed_script: deque[Reply] = deque()  # failures for /v1/embeddings (status != 200)
         self.models_status = 200  # answer /v1/models with this status (an error body if not 200)
         self.requests: list[dict[str, Any]] = []
+        self.request_headers: list[dict[str, str]] = []  # HTTP headers, parallel to requests
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -93,6 +94,7 @@ class FakeOpenAI:
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        self.request_headers.append(dict(request.headers))
         reply = self._next(body)
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
@@ -150,6 +152,7 @@ class FakeOpenAI:
     async def _embeddings(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.requests.append(body)
+        self.request_headers.append(dict(request.headers))
         reply = self.embed_script.popleft() if self.embed_script else None
         if reply is not None and reply.status != 200:
             return web.json_response(

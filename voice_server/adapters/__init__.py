@@ -1,1 +1,1 @@
-"""Sidecar adapters: other protocols in front of the same ``voice_server.llm`` layer."""
+"""Text-only sidecar protocols served over the one ``llm/`` layer."""

@@ -1,25 +1,24 @@
-"""``voice-server sidecar ...``: one subcommand per sidecar adapter.
+"""``voice-server sidecar NAME``: one subcommand per text-only sidecar adapter.
 
-Each module in ``_SIDECARS`` exposes ``add_sidecar_parser(sidecar_subparsers)``, which adds its
-subcommand and sets ``func`` (parsed ``argparse.Namespace`` -> exit code).
+Each module listed in ``_SIDECARS`` exposes ``add_sidecar_parser(sidecar_subparsers)``.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
+from typing import Any
 
 __all__ = ["register"]
 
 # Sidecar modules; one line each.
 _SIDECARS: list[str] = [
+    "voice_server.adapters.prompt.cli",
     "voice_server.adapters.caller.cli",
 ]
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("sidecar", help="run a protocol sidecar in front of the LLM",
-                                   description="Run one sidecar adapter.")
-    sidecars = parser.add_subparsers(dest="sidecar", required=True)
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("sidecar", help="run a text-only LLM sidecar adapter")
+    sub = parser.add_subparsers(dest="sidecar", required=True)
     for module in _SIDECARS:
-        importlib.import_module(module).add_sidecar_parser(sidecars)
+        importlib.import_module(module).add_sidecar_parser(sub)

@@ -2,7 +2,7 @@
 
 Spec: specs/sidecar-llm-caller-mcp.md, "Dependencies and contracts" (provider catalog). With no
 catalog the caller serves one provider ``local``: the server's configured chat provider
-(``llm.factory.build_provider``) plus the offline all-MiniLM-L6-v2 embedder.
+(the default of ``llm.factory.build_router``) plus the offline all-MiniLM-L6-v2 embedder.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from voice_server.config import ConfigError, Settings
 from voice_server.llm import LLMError
 from voice_server.llm.embeddings import MODEL_NAME as EMBED_MODEL
 from voice_server.llm.embeddings import MiniLMEmbeddingProvider
-from voice_server.llm.factory import build_provider
+from voice_server.llm.factory import build_router
 from voice_server.llm.openai_compat import OpenAICompatProvider
 
 from .config import CAPABILITIES, ProviderEntry
@@ -54,7 +54,7 @@ def build_runtimes(entries: dict[str, ProviderEntry] | None, settings: Settings,
             if entry.modelPath:
                 settings = settings.model_copy(update={"llm_provider": "local",
                                                        "llm_model_path": entry.modelPath})
-            runtime.chat = build_provider(settings, executor)
+            runtime.chat = build_router(settings, executor).default_provider
         except (LLMError, ConfigError) as exc:
             log.warning("provider %s: no chat model: %s", key, exc)
             runtime.problem = "Chat model unavailable"

@@ -231,10 +231,10 @@ class CallerService:
         if rt is None:
             raise internal("Model discovery failed")
         ids: list[str] = []
+        sources = {id(p): p for p in (rt.chat, rt.embedder) if p is not None}
         try:
-            for source in (rt.chat, rt.embedder):
-                if source is not None and (rt.entry.kind == "local" or not ids):
-                    ids.extend(m for m in await source.list_models() if m not in ids)
+            for source in sources.values():  # one discovery call per distinct provider
+                ids.extend(m for m in await source.list_models() if m not in ids)
         except LLMError as exc:
             raise internal("Model discovery failed") from exc
         models = []

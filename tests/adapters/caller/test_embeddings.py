@@ -30,6 +30,7 @@ async def test_local_embed_ranks_paraphrase_above_unrelated() -> None:
             short = await (await http.post("/mcp/embed", json={
                 "requestId": "e-2", "callerTool": "t", "inputs": ["hello"],
                 "dimensions": 64})).json()
+            models = await (await http.get("/mcp/models")).json()
     assert resp.status == 200
     query, paraphrase, unrelated = body["vectors"]
     assert len(query) == 384 and abs(np.linalg.norm(query) - 1.0) < 1e-4
@@ -38,6 +39,10 @@ async def test_local_embed_ranks_paraphrase_above_unrelated() -> None:
         "capability": "embed", "strategy": "capability-default"}}
     assert body["usage"]["inputTokens"] == sum(
         len(MiniLMEmbedder()._tokenizer.encode(t).ids) for t in PARAPHRASE)
+    assert models["provider"] == "local"
+    assert models["models"][-1] == {"id": "all-MiniLM-L6-v2", "ready": True,
+                                    "defaults": ["embed"]}
+    assert models["models"][0]["defaults"] == ["chat", "chatStream"]
     assert len(short["vectors"][0]) == 64
     assert abs(np.linalg.norm(short["vectors"][0]) - 1.0) < 1e-4
 

@@ -366,6 +366,16 @@ async def test_non_json_body_is_400(caller: Running) -> None:
     assert body["message"] == "Request body is not valid JSON"
 
 
+async def test_oversized_body_is_400(fake: FakeOpenAI) -> None:
+    """A body over the limit is refused with 400 before it is parsed."""
+    async with run_caller(catalog(fake), fake, max_body_bytes=1024) as caller:
+        async with caller.session() as http:
+            resp = await http.post("/mcp/chat", json=chat_body(pad="x" * 2048))
+            body = await resp.json()
+    assert resp.status == 400 and body["message"] == "Request body too large"
+    assert fake.requests == []
+
+
 async def test_unknown_route_and_method(caller: Running) -> None:
     """Unknown paths are JSON 404s; a GET on a POST route is a JSON 405."""
     async with caller.session() as http:

@@ -210,7 +210,8 @@ class MiniLMEmbeddingProvider:
 
     async def health(self) -> dict[str, Any]:
         try:
-            default_minilm_dir() if self._model_dir is None else None
+            if self._model_dir is None:
+                default_minilm_dir()
         except ModelNotFound as exc:
             return {"status": "failed", "provider": self.name, "error": str(exc)}
         return {"status": "ok", "provider": self.name, "model": MODEL_NAME,

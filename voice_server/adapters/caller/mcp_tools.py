@@ -84,10 +84,11 @@ def build_mcp_server(service: CallerService, *, stdio_token: str | None = None,
             return ClientEntry("stdio", "stdio", frozenset(METHODS))
         return service.authorize(stdio_token, permission)
 
+    tools = [types.Tool(name=tool, description=desc, input_schema=mcp_input_schema(schema))
+             for tool, (_, schema, desc) in TOOLS.items()]
+
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[
-            types.Tool(name=tool, description=desc, input_schema=mcp_input_schema(schema))
-            for tool, (_, schema, desc) in TOOLS.items()])
+        return types.ListToolsResult(tools=tools)
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         if params.name not in TOOLS:

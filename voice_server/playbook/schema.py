@@ -139,7 +139,8 @@ CONDITION_KINDS = ("keyword", "intent", "tool_called", "tool_result", "llm_decis
 
 
 class Transition(_Model):
-    from_: Source | list[Source] = Field(alias="from", description="source stage(s), or '*' for any")
+    from_: Source | list[Source] = Field(alias="from",
+                                         description="source stage(s), or '*' for any")
     to: Name | None = Field(None, description="target stage; unset: stay and only run actions")
     when: Condition
     priority: int = Field(0, description="higher is checked first; ties keep file order")

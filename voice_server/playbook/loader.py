@@ -66,8 +66,7 @@ class _Positions:
 
     def issue(self, loc: Path_, message: str, *, key: bool = False) -> Issue:
         path, (line, col) = self.locate(loc, key=key)
-        shown = _dotted(loc if all((p in path) for p in loc if not _is_tag(p)) else path)
-        return Issue(self.file, line, col, shown, message)
+        return Issue(self.file, line, col, _dotted(path), message)
 
 
 def _is_tag(part: str | int) -> bool:
@@ -107,6 +106,10 @@ def load_playbook_text(text: str, *, file: str = "<playbook>", base_dir: Path | 
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
         what = " ".join(p for p in (exc.context, exc.problem) if p)
+        ctx_mark = exc.context_mark
+        if ctx_mark is not None and mark is not None and ctx_mark.line != mark.line:
+            what += f" (the construct began at line {ctx_mark.line + 1}, column " \
+                    f"{ctx_mark.column + 1})"
         raise PlaybookLoadError([Issue(file, line, col, "", f"YAML syntax error: {what}")]) \
             from None
     except yaml.YAMLError as exc:

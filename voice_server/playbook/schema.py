@@ -11,7 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PrivateAttr,
+    Tag,
+    model_validator,
+)
 
 __all__ = [
     "CONDITION_KINDS",
@@ -176,12 +184,23 @@ class HttpHandler(_Model):
     http: HttpSpec
 
 
+def _handler_kind(value: Any) -> str | None:
+    if isinstance(value, dict):
+        return "python" if "python" in value else "http" if "http" in value else None
+    return "python" if isinstance(value, PythonHandler) else \
+        "http" if isinstance(value, HttpHandler) else None
+
+
 class Tool(_Model):
     description: str = ""
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object",
                                                                 "properties": {}},
                                        description="JSON Schema of the arguments")
-    handler: PythonHandler | HttpHandler
+    handler: Annotated[
+        Annotated[PythonHandler, Tag("python")] | Annotated[HttpHandler, Tag("http")],
+        Discriminator(_handler_kind, custom_error_type="handler_kind",
+                      custom_error_message="expected `python: module:function` or "
+                                           "`http: {url: ...}`")]
     interruptible: bool = Field(True, description="false: the answer announcing this tool's "
                                 "result cannot be cut off by barge-in")
 

@@ -198,7 +198,8 @@ class PlaybookResponder:
             # barge-in: let the calls finish (each is bounded), record them, then stop
             outcomes = await batch
             self._record(ctx, outcomes, turn_msgs)
-            self._save(ctx, st)
+            for decision in decisions:  # the stage did change: tell the client, say nothing
+                await self._announce(ctx, st, decision)
             raise
         self._record(ctx, outcomes, turn_msgs)
         says: list[str] = []

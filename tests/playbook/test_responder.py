@@ -194,7 +194,7 @@ async def test_spoken_preamble_and_bounded_rounds(fake: FakeOpenAI,
     assert [bool(r.get("tools")) for r in fake.requests] == [True, True, False]
     # the model sees its own preamble; history keeps it only in the final assistant entry
     assert fake.requests[1]["messages"][2]["content"] == "Let me check."
-    assert ctx.pending[0]["content"] is None
+    assert ctx.pending[0]["content"] == ""
     assert ctx.pending[1]["content"] == \
         '{"error": "tool add rejected its arguments: add() missing 1 required positional ' \
         'argument: \'b\'"}'

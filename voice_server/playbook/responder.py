@@ -177,13 +177,14 @@ class PlaybookResponder:
         """Run one round's calls concurrently; record them; return the texts to say."""
         calls = tuple(ToolCall(id=f"call_{uuid.uuid4().hex[:16]}", name=c.name or "",
                                arguments=c.arguments) for c in calls)
-        # the spoken preamble (if any) is part of the turn's final assistant entry, not this one
-        assistant = {"role": "assistant", "content": None,
+        # The spoken preamble (if any) is part of the turn's final assistant entry, not this
+        # one. "" rather than None: chat templates of local models concatenate the content.
+        assistant = {"role": "assistant", "content": "",
                      "tool_calls": [{"id": c.id, "type": "function",
                                      "function": {"name": c.name, "arguments": c.arguments}}
                                     for c in calls]}
         ctx.pending.append(assistant)
-        turn_msgs.append({**assistant, "content": spoken or None})
+        turn_msgs.append({**assistant, "content": spoken})
         decisions: list[Decision] = []
         limit = asyncio.Semaphore(self.playbook.globals.max_parallel_tools)
 

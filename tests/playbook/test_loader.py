@@ -172,3 +172,24 @@ def test_cli_schema(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["playbook", "schema"]) == 0
     assert json.loads(capsys.readouterr().out) == json.loads(
         (PLAYBOOKS / "schema.json").read_text())
+
+
+def test_lint_warnings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Unreachable stages, unoffered tools and unused intents are warned about; --strict fails."""
+    from voice_server.playbook import lint
+
+    for name in ("restaurant", "support", "appointments"):
+        assert lint(load_playbook(PLAYBOOKS / f"{name}.yaml")) == [], name
+    text = GOOD.replace("  end: {}", "  end: {}\n  island: {}").replace(
+        "tools:\n  lookup:", "intents: {buy: to buy}\ntools:\n  spare: {handler: {python: "
+        "\"json:dumps\"}}\n  lookup:")
+    file = tmp_path / "lint.yaml"
+    file.write_text(text)
+    expected = ["stage 'island' cannot be reached from the initial stage 'start'",
+                "tool 'spare' is not offered in any stage (add it to a stage's or the globals' "
+                "tools)",
+                "intent 'buy' is declared but no transition uses it"]
+    assert lint(load_playbook(file)) == expected
+    assert main(["playbook", "validate", str(file)]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == [f"  warning: {w}" for w in expected]
+    assert main(["playbook", "validate", "--strict", str(file)]) == 1

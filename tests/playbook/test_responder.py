@@ -198,3 +198,36 @@ async def test_spoken_preamble_and_bounded_rounds(fake: FakeOpenAI,
     assert ctx.pending[1]["content"] == \
         '{"error": "tool add rejected its arguments: add() missing 1 required positional ' \
         'argument: \'b\'"}'
+
+
+async def test_defaults_runaway_calls_and_timeout_due(fake: FakeOpenAI, router: LLMRouter) -> None:
+    """Server defaults fill unset LLM options; a flood of calls is capped; timeouts are polled."""
+    from voice_server.playbook.responder import MAX_CALLS_PER_ROUND
+
+    from .support import Clock
+
+    pb = load_playbook_text(textwrap.dedent("""\
+        id: d
+        initial_stage: s
+        globals: {llm: {temperature: 0.7}}
+        stages:
+          s: {tools: [add], timeout_s: 60}
+          t: {}
+        transitions: [{from: s, to: t, when: {timeout_s: true}}]
+        tools: {add: {handler: {python: "tool_funcs:add"}}}
+        """), base_dir=HERE)
+    clock = Clock()
+    async with PlaybookResponder(pb, router, model="fake-model", temperature=0.1,
+                                 max_tokens=99, clock=clock) as responder:
+        fake.add(Reply(tool_calls=[{"name": "add", "arguments": {"a": i, "b": 0}}
+                                   for i in range(40)]), "Lots.")
+        talk = Conversation(responder)
+        _, events, ctx = await talk.turn("add them all")
+        first = fake.requests[0]
+        assert (first["model"], first["temperature"], first["max_tokens"]) == \
+            ("fake-model", 0.7, 99)
+        assert len([e for e in events if isinstance(e, ToolCallStart)]) == MAX_CALLS_PER_ROUND
+        assert len(ctx.pending[0]["tool_calls"]) == MAX_CALLS_PER_ROUND
+        assert not responder.timeout_due(talk.state)
+        clock.now += 60
+        assert responder.timeout_due(talk.state)

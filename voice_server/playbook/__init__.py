@@ -3,6 +3,7 @@
 - ``schema``: the file format (pydantic; published as ``playbooks/schema.json``);
 - ``loader``: YAML -> checked ``Playbook``, errors located by file, line and column;
 - ``engine``: pure stage/transition logic (state in, decisions out);
+- ``lint``: graph warnings (unreachable stages, unused tools and intents);
 - ``tools``: argument validation and the Python / HTTP webhook runners;
 - ``responder``: ``PlaybookResponder``, the turn pipeline's responder for a playbook;
 - ``registry``: ``PlaybookRegistry``, a hot-reloaded folder of playbooks.
@@ -10,6 +11,7 @@
 
 from .engine import TRANSITION_TOOL, Decision, Engine, PlaybookState, StagePlan, ToolEvent
 from .errors import Issue, PlaybookError, PlaybookLoadError, ToolError
+from .lint import lint
 from .loader import load_playbook, load_playbook_text
 from .registry import PlaybookNotFound, PlaybookRegistry, ReloadReport
 from .responder import PlaybookResponder
@@ -36,6 +38,7 @@ __all__ = [
     "ToolEvent",
     "ToolOutcome",
     "ToolRunner",
+    "lint",
     "load_playbook",
     "load_playbook_text",
     "playbook_json_schema",

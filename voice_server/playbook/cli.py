@@ -18,6 +18,7 @@ from ..llm import LLMError, LLMRouter
 from ..pipeline.turn import TurnContext
 from ..protocol import Message, StageChange, ToolCallEnd, ToolCallStart
 from .errors import PlaybookLoadError
+from .lint import lint
 from .loader import load_playbook
 from .responder import PlaybookResponder
 from .schema import Playbook, playbook_json_schema
@@ -32,6 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     validate.add_argument("files", nargs="+", metavar="FILE")
     validate.add_argument("--no-import", action="store_true",
                           help="do not import the Python tool handlers")
+    validate.add_argument("--strict", action="store_true",
+                          help="fail on warnings too (unreachable stages, unused tools...)")
     validate.set_defaults(func=_validate)
     chat = sub.add_parser("chat", help="type to a playbook agent in the terminal")
     chat.add_argument("file", metavar="FILE")
@@ -55,8 +58,13 @@ def _validate(args: argparse.Namespace) -> int:
             for issue in exc.issues:
                 print(f"  {issue}", file=sys.stderr)
             continue
+        warnings = lint(pb)
         print(f"{file}: ok (id {pb.id}; {len(pb.stages)} stages, {len(pb.transitions)} "
               f"transitions, {len(pb.tools)} tools)")
+        for warning in warnings:
+            print(f"  warning: {warning}")
+        if warnings and args.strict:
+            failed += 1
     return 1 if failed else 0
 
 

@@ -48,32 +48,55 @@ __all__ = ["PlaybookResponder", "TurnContext"]
 log = logging.getLogger(__name__)
 
 INTENT_TOOL = "classify_intent"
+MAX_CALLS_PER_ROUND = 16  # a runaway model's extra calls in one answer are dropped
 UNINTERRUPTIBLE_KEY = "uninterruptible"  # in ctx.state while a turn announces such a result
 
 
 class PlaybookResponder:
-    """Runs one playbook for one session's turns; implements ``pipeline.turn.Responder``.
+    """Runs one playbook for a session's turns; implements ``pipeline.turn.Responder``.
 
-    ``router``: the server's LLM router (the stage's ``llm.model`` is resolved through it).
-    ``max_history``: history messages sent to the LLM. ``timeout_s``: deadline of each LLM
-    request. ``clock``: wall-clock seconds (stage timeouts survive restarts). ``executor``: runs
-    synchronous Python tool handlers. Use as ``async with`` (closes the webhook HTTP session), or
-    call ``aclose()``.
+    Construction (one per session, or one per connection; it holds no per-session state):
+
+    - ``playbook``: from ``PlaybookRegistry.get(id)``; the responder keeps that version;
+    - ``router``: the server's ``LLMRouter`` (a stage's ``llm.model`` is resolved through it);
+    - ``max_history``: history messages sent to the LLM; ``timeout_s``: deadline of each LLM
+      request; ``model``/``temperature``/``max_tokens``: defaults (e.g. from Settings) used
+      where the playbook's ``globals.llm`` and the stage's ``llm`` leave them unset;
+    - ``clock``: wall-clock seconds (stage timeouts survive restarts and reconnects);
+    - ``executor``: runs synchronous Python tool handlers (default: the loop's executor).
+
+    Use it as ``async with`` or call ``aclose()`` (closes the webhook HTTP session).
+
+    Per turn the pipeline passes a ``TurnContext``: ``history`` (committed messages),
+    ``user_message``, ``emit`` (receives ``ToolCallStart``, ``ToolCallEnd``, ``StageChange``),
+    ``state`` (the session's ``Session.state`` dict) and ``pending``. ``respond`` appends the
+    assistant ``tool_calls`` message and the ``tool`` results to ``ctx.pending`` and adds LLM
+    token usage to ``ctx.usage``; the pipeline commits ``[user, *pending, assistant text]``.
 
     Session state: ``ctx.state`` is updated in place with the keys of ``PlaybookState``
     (``playbook``, ``stage``, ``stage_turns``, ``turns``, ``entered_at``, ``data``,
-    ``history_from``) after every change, so it can be saved at any time and restored on
-    ``reconnect``; state of another playbook id is replaced by a fresh one.
+    ``history_from``) plus ``uninterruptible``, after every change, so it can be saved at any
+    time and restored on ``reconnect``; state of another playbook id is replaced by a fresh one.
+    ``history_from`` is the index in the session history where the playbook's view starts (set
+    by ``clear_history``); the history list should only grow.
+
+    Between turns the pipeline may ask ``stage(state)``, ``turn_taking(state)`` (VAD and
+    barge-in overrides of the current stage), ``interruptible(state)`` (False while an
+    ``interruptible: false`` tool's result is being announced, or when the stage disables
+    barge-in) and ``timeout_due(state)``.
     """
 
     def __init__(self, playbook: Playbook, router: LLMRouter, *, max_history: int = 40,
-                 timeout_s: float | None = 30.0, clock: Callable[[], float] = time.time,
-                 executor: Executor | None = None, tools: ToolRunner | None = None) -> None:
+                 timeout_s: float | None = 30.0, model: str | None = None,
+                 temperature: float | None = None, max_tokens: int | None = None,
+                 clock: Callable[[], float] = time.time, executor: Executor | None = None,
+                 tools: ToolRunner | None = None) -> None:
         self.playbook = playbook
         self.engine = Engine(playbook)
         self._router = router
         self._max_history = max_history
         self._timeout_s = timeout_s
+        self._defaults = (model, temperature, max_tokens)
         self._clock = clock
         self._tools = tools or ToolRunner(playbook, executor=executor)
 
@@ -98,6 +121,11 @@ class PlaybookResponder:
         """VAD/barge-in overrides of the current stage (``schema.TurnTaking`` fields that are
         set: ``end_silence_ms``, ``min_speech_ms``, ``barge_in``, ``barge_in_min_ms``)."""
         return self.engine.turn_taking(self.state(state))
+
+    def timeout_due(self, state: dict[str, Any]) -> bool:
+        """Whether a ``timeout_s`` transition of the current stage is due now (an idle timer may
+        poll this and start a turn; otherwise timeouts are checked when the next turn starts)."""
+        return self.engine.timed_out(self.state(state), self._clock())
 
     def interruptible(self, state: dict[str, Any]) -> bool:
         """False while the current turn announces the result of an ``interruptible: false``
@@ -134,8 +162,10 @@ class PlaybookResponder:
             messages = [*([{"role": "system", "content": plan.system_prompt}]
                           if plan.system_prompt else []),
                         *history, ctx.user_message, *turn_msgs]
-            request = ChatRequest(messages=messages, model=plan.model,
-                                  temperature=plan.temperature, max_tokens=plan.max_tokens,
+            model, temperature, max_tokens = self._defaults
+            request = ChatRequest(messages=messages, model=plan.model or model,
+                                  temperature=_first(plan.temperature, temperature),
+                                  max_tokens=plan.max_tokens or max_tokens,
                                   tools=specs or None,
                                   tool_choice=plan.tool_choice if specs else None,
                                   timeout_s=self._timeout_s)
@@ -176,7 +206,7 @@ class PlaybookResponder:
                           turn_msgs: list[dict[str, Any]]) -> list[str]:
         """Run one round's calls concurrently; record them; return the texts to say."""
         calls = tuple(ToolCall(id=f"call_{uuid.uuid4().hex[:16]}", name=c.name or "",
-                               arguments=c.arguments) for c in calls)
+                               arguments=c.arguments) for c in calls[:MAX_CALLS_PER_ROUND])
         # The spoken preamble (if any) is part of the turn's final assistant entry, not this
         # one. "" rather than None: chat templates of local models concatenate the content.
         assistant = {"role": "assistant", "content": "",
@@ -310,6 +340,10 @@ class PlaybookResponder:
 
     def _save(self, ctx: TurnContext, st: PlaybookState) -> None:
         ctx.state.update(st.to_dict())
+
+
+def _first(*values: float | None) -> float | None:
+    return next((v for v in values if v is not None), None)
 
 
 def _text_of(message: dict[str, Any]) -> str:

@@ -1,15 +1,15 @@
 """Tools of ``appointments.yaml``: a calendar kept in SQLite.
 
 The database file is ``ctx.options["db_path"]``; a relative path is placed in the folder named
-by ``VOICE_SERVER_DATA_DIR`` (default: the system temp folder). Opening hours are 09:00-17:00 in
-30-minute slots. Each call opens its own connection (handlers run in worker threads).
+by ``VOICE_SERVER_DATA_DIR`` (default ``~/.local/share/voice-server``, as the server's). Opening
+hours are 09:00-17:00 in 30-minute slots. Each call opens its own connection (handlers run in
+worker threads).
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
-import tempfile
 from contextlib import closing
 from datetime import date as Date
 from pathlib import Path
@@ -28,7 +28,8 @@ CREATE UNIQUE INDEX IF NOT EXISTS one_per_slot ON appointments(day, time) WHERE 
 def _connect(ctx) -> sqlite3.Connection:
     path = Path(ctx.options.get("db_path", "appointments.sqlite"))
     if not path.is_absolute():
-        path = Path(os.environ.get("VOICE_SERVER_DATA_DIR") or tempfile.gettempdir()) / path
+        base = os.environ.get("VOICE_SERVER_DATA_DIR") or "~/.local/share/voice-server"
+        path = Path(base).expanduser() / path
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(path, timeout=5)
     conn.executescript(SCHEMA)

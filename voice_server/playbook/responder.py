@@ -118,8 +118,9 @@ class PlaybookResponder:
         return self.state(state).stage
 
     def turn_taking(self, state: dict[str, Any]) -> dict[str, Any]:
-        """VAD/barge-in overrides of the current stage (``schema.TurnTaking`` fields that are
-        set: ``end_silence_ms``, ``min_speech_ms``, ``barge_in``, ``barge_in_min_ms``)."""
+        """VAD/barge-in overrides of the current stage: the ``schema.TurnTaking`` fields that
+        are set (``end_silence_ms``, ``min_speech_ms``, ``aggressiveness``: override
+        ``Settings.vad_<name>``; ``barge_in: false``: do not let the user interrupt)."""
         return self.engine.turn_taking(self.state(state))
 
     def timeout_due(self, state: dict[str, Any]) -> bool:

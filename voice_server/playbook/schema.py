@@ -48,15 +48,15 @@ class _Model(BaseModel):
 
 
 class TurnTaking(_Model):
-    """Per-stage voice turn-taking overrides (VAD and barge-in); unset fields keep the server's."""
+    """Per-stage voice turn-taking overrides; each numeric field overrides the server setting
+    ``vad_<field>`` (``Settings.vad_end_silence_ms``...); unset fields keep the server's."""
 
-    end_silence_ms: int | None = Field(None, ge=100, le=5000,
+    end_silence_ms: int | None = Field(None, ge=60, le=5000,
                                        description="silence that ends the user's turn")
-    min_speech_ms: int | None = Field(None, ge=0, le=5000,
-                                      description="voiced time before speech counts as started")
+    min_speech_ms: int | None = Field(None, ge=20, le=5000, description="voiced audio that "
+                                      "confirms speech (and barges in)")
+    aggressiveness: int | None = Field(None, ge=0, le=3, description="webrtcvad mode, 0..3")
     barge_in: bool | None = Field(None, description="may the user interrupt the agent")
-    barge_in_min_ms: int | None = Field(None, ge=0, le=5000,
-                                        description="confirmed speech needed to interrupt")
 
 
 class LLMOptions(_Model):

@@ -231,3 +231,16 @@ async def test_defaults_runaway_calls_and_timeout_due(fake: FakeOpenAI, router: 
         assert not responder.timeout_due(talk.state)
         clock.now += 60
         assert responder.timeout_due(talk.state)
+
+
+async def test_consumer_closing_early_closes_the_stream(fake: FakeOpenAI,
+                                                        responder: PlaybookResponder) -> None:
+    """Closing the answer generator after the first delta ends the turn cleanly."""
+    fake.add(Reply(text="one two three four", chunk_delay_s=0.01))
+    talk = Conversation(responder)
+    gen = responder.respond(talk.context("hi"))
+    assert await anext(gen) == "one"
+    await gen.aclose()
+    fake.add("next answer")
+    reply, _, _ = await talk.turn("again")
+    assert reply == "next answer"

@@ -28,6 +28,7 @@ timeout) and records their results before the cancellation propagates: no half-d
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -172,14 +173,13 @@ class PlaybookResponder:
                                   timeout_s=self._timeout_s)
             calls: tuple[ToolCall, ...] = ()
             spoken: list[str] = []
-            async for event in self._stream(ctx, request):
-                if event is None:
-                    continue
-                if isinstance(event, str):
-                    spoken.append(event)
-                    yield event
-                else:
-                    calls = event
+            async with contextlib.aclosing(self._stream(ctx, request)) as events:
+                async for event in events:
+                    if isinstance(event, str):
+                        spoken.append(event)
+                        yield event
+                    else:
+                        calls = event
             if not calls or final:
                 return
             says = await self._tool_round(ctx, st, calls, "".join(spoken), turn_msgs)
@@ -187,7 +187,7 @@ class PlaybookResponder:
                 yield say
 
     async def _stream(self, ctx: TurnContext,
-                      request: ChatRequest) -> AsyncIterator[str | tuple[ToolCall, ...] | None]:
+                      request: ChatRequest) -> AsyncIterator[str | tuple[ToolCall, ...]]:
         stream = self._router.stream(request)
         try:
             async with asyncio.timeout(self._timeout_s):

@@ -13,6 +13,7 @@ from aiohttp import web
 from tests.support.fake_openai import FakeOpenAI, Reply
 from voice_server.llm import LLMRouter, LLMUnavailable
 from voice_server.playbook import PlaybookResponder, load_playbook_text
+from voice_server.playbook.responder import FINAL_NUDGE
 from voice_server.protocol import Message, StageChange, ToolCallEnd, ToolCallStart
 
 from .conftest import scaled
@@ -192,6 +193,7 @@ async def test_spoken_preamble_and_bounded_rounds(fake: FakeOpenAI,
     reply, _, ctx = await talk.turn("sum?")
     assert reply == "Let me check.It is four."
     assert [bool(r.get("tools")) for r in fake.requests] == [True, True, False]
+    assert fake.requests[2]["messages"][-1] == {"role": "system", "content": FINAL_NUDGE}
     # the model sees its own preamble; history keeps it only in the final assistant entry
     assert fake.requests[1]["messages"][2]["content"] == "Let me check."
     assert ctx.pending[0]["content"] == ""

@@ -49,6 +49,7 @@ __all__ = ["PlaybookResponder", "TurnContext"]
 log = logging.getLogger(__name__)
 
 INTENT_TOOL = "classify_intent"
+FINAL_NUDGE = "Reply to the user now in one or two short sentences, using the information above."
 MAX_CALLS_PER_ROUND = 16  # a runaway model's extra calls in one answer are dropped
 UNINTERRUPTIBLE_KEY = "uninterruptible"  # in ctx.state while a turn announces such a result
 
@@ -164,6 +165,8 @@ class PlaybookResponder:
             messages = [*([{"role": "system", "content": plan.system_prompt}]
                           if plan.system_prompt else []),
                         *history, ctx.user_message, *turn_msgs]
+            if final and turn_msgs:
+                messages.append({"role": "system", "content": FINAL_NUDGE})
             model, temperature, max_tokens = self._defaults
             request = ChatRequest(messages=messages, model=plan.model or model,
                                   temperature=_first(plan.temperature, temperature),

@@ -57,7 +57,9 @@ UNINTERRUPTIBLE_KEY = "uninterruptible"  # in ctx.state while a turn announces s
 class PlaybookResponder:
     """Runs one playbook for a session's turns; implements ``pipeline.turn.Responder``.
 
-    Construction (one per session, or one per connection; it holds no per-session state):
+    It holds no per-session state (that lives in ``ctx.state``), so one instance per playbook
+    version can serve every session concurrently (e.g. cached by ``(id, registry.version)``).
+    Construction:
 
     - ``playbook``: from ``PlaybookRegistry.get(id)``; the responder keeps that version;
     - ``router``: the server's ``LLMRouter`` (a stage's ``llm.model`` is resolved through it);

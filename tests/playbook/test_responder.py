@@ -246,3 +246,20 @@ async def test_consumer_closing_early_closes_the_stream(fake: FakeOpenAI,
     fake.add("next answer")
     reply, _, _ = await talk.turn("again")
     assert reply == "next answer"
+
+
+async def test_one_responder_serves_sessions_concurrently(fake: FakeOpenAI, gate: Gate,
+                                                          responder: PlaybookResponder) -> None:
+    """Two sessions share one responder at the same time; their states stay apart."""
+    gate.expected = 2  # both sessions' tool calls must be in flight together
+    gate.release.set()
+    fake.add(Reply(tool_calls=[{"name": "wait", "arguments": {"n": 1}}]),
+             Reply(tool_calls=[{"name": "wait", "arguments": {"n": 2}}]), "A.", "B.")
+    one, two = Conversation(responder), Conversation(responder)
+    await asyncio.wait_for(asyncio.gather(one.turn("first"), two.turn("second")), scaled(10))
+    assert one.state["stage"] == two.state["stage"] == "t"
+    assert one.state["turns"] == two.state["turns"] == 1
+    results = {e.result["n"] for talk in (one, two) for e in talk.events
+               if isinstance(e, ToolCallEnd)}
+    assert results == {1, 2}
+    assert {len(talk.events) for talk in (one, two)} == {3}

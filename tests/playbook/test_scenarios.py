@@ -22,6 +22,11 @@ from .conftest import PLAYBOOKS
 from .support import Clock, Conversation
 
 SCENARIOS = sorted((PLAYBOOKS / "tests").glob("*.yaml"))
+TURN_KEYS = {"user", "llm", "expect", "after_s"}
+EXPECT_KEYS = {"tools", "stage_changes", "events", "stage", "reply", "reply_contains", "data",
+               "interruptible", "requests"}
+REQUEST_KEYS = {"tools", "tool_choice", "system_contains", "messages",
+                "last_tool_content_contains"}
 
 
 def _subset(expected: Any, actual: Any) -> bool:
@@ -72,6 +77,10 @@ async def test_scenario(path: Path, fake: FakeOpenAI, router: LLMRouter,
             reply, events, ctx = await talk.turn(turn["user"])
             requests = fake.requests[first_request:]
             expect = turn.get("expect", {})
+            assert set(turn) <= TURN_KEYS, f"{where}: unknown keys {set(turn) - TURN_KEYS}"
+            assert set(expect) <= EXPECT_KEYS, f"{where}: unknown {set(expect) - EXPECT_KEYS}"
+            for want in (expect.get("requests") or {}).values():
+                assert set(want) <= REQUEST_KEYS, f"{where}: unknown {set(want) - REQUEST_KEYS}"
             assert not fake.script, f"{where}: {len(fake.script)} scripted replies unused"
             assert len(requests) == len(turn.get("llm", [])), where
             starts = [e for e in events if isinstance(e, ToolCallStart)]

@@ -23,6 +23,7 @@ __all__ = ["main"]
 _COMMAND_MODULES: list[str] = [
     "voice_server.adapters.cli",
     "voice_server.adapters.prompt.cli",
+    "voice_server.playbook.cli",
 ]
 
 

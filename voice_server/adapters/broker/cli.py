@@ -1,0 +1,81 @@
+"""``voice-server sidecar broker``: the framed TCP broker and its HTTP proxy."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+
+from ..cli import add_llm_flags, run_async, settings_from_args
+
+__all__ = ["add_sidecar_parser", "serve_until_signal"]
+
+
+def _model_pair(text: str) -> tuple[str, str]:
+    name, sep, spec = text.partition("=")
+    if not name or not sep or not spec:
+        raise argparse.ArgumentTypeError("expected NAME=MODEL (e.g. small=local)")
+    return name, spec
+
+
+def add_sidecar_parser(sidecar_subparsers: argparse._SubParsersAction) -> None:
+    parser = sidecar_subparsers.add_parser(
+        "broker", help="4-byte length-prefixed JSON over TCP, plus its HTTP proxy",
+        description="Serve the broker wire protocol (and optionally its HTTP proxy).")
+    parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0, help="TCP port (0: pick a free one)")
+    parser.add_argument("--http-port", type=int, default=None,
+                        help="also serve the HTTP proxy on this port (0: pick a free one)")
+    parser.add_argument("--model", dest="models", action="append", type=_model_pair, default=[],
+                        metavar="NAME=MODEL", help="a named model clients may request "
+                        "(repeatable); MODEL is resolved by the LLM layer")
+    parser.add_argument("--max-tokens", type=int, default=None, help="cap on answer tokens")
+    parser.add_argument("--max-message-bytes", type=int, default=10_000_000,
+                        help="largest accepted frame payload (default 10000000)")
+    add_llm_flags(parser)
+    parser.set_defaults(func=_run)
+
+
+async def serve_until_signal() -> None:
+    """Wait for SIGINT or SIGTERM."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+def _run(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+
+    async def main() -> int:
+        from ...llm.factory import build_router
+        from .proxy import BrokerProxy
+        from .server import BrokerServer
+        from .service import BrokerOptions, BrokerService
+
+        router = build_router(settings)
+        options = BrokerOptions(models=dict(args.models), max_tokens=args.max_tokens,
+                                temperature=settings.llm_temperature,
+                                request_timeout_s=settings.llm_timeout_s,
+                                max_message_bytes=args.max_message_bytes)
+        service = BrokerService(router, options)
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                server = await stack.enter_async_context(
+                    BrokerServer(service, host=args.host, port=args.port))
+                ready = {"broker": f"{args.host}:{server.port}"}
+                if args.http_port is not None:
+                    proxy = await stack.enter_async_context(
+                        BrokerProxy(service, host=args.host, port=args.http_port))
+                    ready["http"] = proxy.url
+                print(json.dumps(ready), flush=True)
+                await serve_until_signal()
+        finally:
+            await router.aclose()
+        return 0
+
+    return run_async(main, settings.log_level)

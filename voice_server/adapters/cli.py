@@ -8,14 +8,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import logging
 import os
+import signal
 from collections.abc import Awaitable, Callable
 
 from ..config import Settings, load_settings
 
-__all__ = ["add_llm_flags", "register", "run_async", "settings_from_args"]
+__all__ = [
+    "add_llm_flags",
+    "register",
+    "run_async",
+    "serve_until_signal",
+    "settings_from_args",
+]
 
 # One line per sidecar adapter module.
 _SIDECARS: list[str] = [
@@ -53,6 +61,16 @@ def run_async(main: Callable[[], Awaitable[int]], log_level: str = "INFO") -> in
         return asyncio.run(main())  # type: ignore[arg-type]
     except KeyboardInterrupt:
         return 0
+
+
+async def serve_until_signal() -> None:
+    """Wait for SIGINT or SIGTERM."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

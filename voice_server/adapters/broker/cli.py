@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
-import signal
 
-from ..cli import add_llm_flags, run_async, settings_from_args
+from ..cli import add_llm_flags, run_async, serve_until_signal, settings_from_args
 
-__all__ = ["add_sidecar_parser", "serve_until_signal"]
+__all__ = ["add_sidecar_parser"]
 
 
 def _model_pair(text: str) -> tuple[str, str]:
@@ -36,16 +34,6 @@ def add_sidecar_parser(sidecar_subparsers: argparse._SubParsersAction) -> None:
                         help="largest accepted frame payload (default 10000000)")
     add_llm_flags(parser)
     parser.set_defaults(func=_run)
-
-
-async def serve_until_signal() -> None:
-    """Wait for SIGINT or SIGTERM."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
 
 
 def _run(args: argparse.Namespace) -> int:

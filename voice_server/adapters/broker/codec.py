@@ -29,8 +29,14 @@ PREFIX = struct.Struct(">I")
 
 
 def dumps(obj: Any) -> bytes:
-    """Compact UTF-8 JSON: no spaces, non-ASCII kept raw (the origin's encoder settings)."""
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    """Compact UTF-8 JSON: no spaces, non-ASCII kept raw (the origin's encoder settings).
+
+    Text holding lone surrogates (legal in JSON escapes, not in UTF-8) is written escaped.
+    """
+    try:
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(obj, separators=(",", ":")).encode("ascii")
 
 
 def encode_frame(obj: dict[str, Any], *, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> bytes:

@@ -232,6 +232,11 @@ class HostServer:
         return len(self._tasks)
 
     @property
+    def connection_tasks(self) -> frozenset[asyncio.Task[None]]:
+        """The running connection tasks (await them to see a peer fully handled)."""
+        return frozenset(self._tasks)
+
+    @property
     def busy(self) -> bool:
         return self._active >= self.options.concurrency
 

@@ -27,8 +27,18 @@ def add_sidecar_parser(sidecar_subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--concurrency", type=int, default=1,
                         help="generations at once across all clients (default 1)")
     parser.add_argument("--max-tokens", type=int, default=None)
+    _add_swarm_flags(parser, "also announce the host on Hyperswarm under this key "
+                     "(a base58 Server ID, or any text hashed to a topic)")
     add_llm_flags(parser)
     parser.set_defaults(func=_serve)
+
+
+def _add_swarm_flags(parser: argparse.ArgumentParser, key_help: str) -> None:
+    parser.add_argument("--swarm-key", metavar="KEY", help=key_help)
+    parser.add_argument("--swarm-bootstrap", metavar="HOST:PORT,...",
+                        help="DHT bootstrap nodes (default: the public Hyperswarm DHT)")
+    parser.add_argument("--swarm-direct", action="store_true",
+                        help="this node is reachable without holepunching (local testnet)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,6 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--unix", metavar="PATH", help="Unix socket of the host")
     parser.add_argument("--bridge", metavar="CMD", help="a bridge command whose stdin/stdout "
                         "reach the host, e.g. 'node .../bridge.js connect --key KEY'")
+    _add_swarm_flags(parser, "reach the host through Hyperswarm by its key (Server ID)")
     parser.add_argument("--timeout", type=float, default=30.0,
                         help="seconds without a message before giving up (default 30)")
     parser.set_defaults(func=_chat)
@@ -68,8 +79,17 @@ def _serve(args: argparse.Namespace) -> int:
                     ready["tcp"] = f"{args.host}:{server.port}"
                 if args.unix:
                     ready["unix"] = args.unix
-                print(json.dumps(ready), flush=True)
-                await serve_until_signal()
+                async with contextlib.AsyncExitStack() as stack:
+                    if args.swarm_key:
+                        from .swarm import SwarmAnnouncer
+
+                        tcp = (args.host, server.port) if server.port is not None else None
+                        announcer = await stack.enter_async_context(SwarmAnnouncer(
+                            args.swarm_key, tcp=tcp, unix_path=None if tcp else args.unix,
+                            bootstrap=args.swarm_bootstrap, direct=args.swarm_direct))
+                        ready["server_id"] = announcer.server_id or ""
+                    print(json.dumps(ready), flush=True)
+                    await serve_until_signal()
         finally:
             await router.aclose()
         return 0
@@ -83,13 +103,19 @@ def _chat(args: argparse.Namespace) -> int:
     from .client import HostClient
     from .errors import HostError
 
-    if not (args.port or args.unix or args.bridge):
-        print("host-chat: give --port, --unix or --bridge", file=sys.stderr)
+    if not (args.port or args.unix or args.bridge or args.swarm_key):
+        print("host-chat: give --port, --unix, --swarm-key or --bridge", file=sys.stderr)
         return 2
 
     async def main() -> int:
         try:
-            if args.bridge:
+            if args.swarm_key:
+                from .swarm import connect_command
+
+                command = connect_command(args.swarm_key, bootstrap=args.swarm_bootstrap,
+                                          direct=args.swarm_direct, timeout_s=args.timeout)
+                client = await HostClient.spawn(command, timeout_s=args.timeout + 5)
+            elif args.bridge:
                 client = await HostClient.spawn(shlex.split(args.bridge), timeout_s=args.timeout)
             else:
                 client = await HostClient.connect(args.host, args.port, unix_path=args.unix,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -23,6 +24,24 @@ from .errors import HostError, LineTooLong
 __all__ = ["HostClient"]
 
 _CLOSED: dict[str, Any] = {"type": "__closed__"}
+
+
+async def _bridge_error(process: asyncio.subprocess.Process) -> HostError | None:
+    """The last ``{"code", "message"}`` status line a failed bridge wrote to stderr."""
+    if process.stderr is None:
+        return None
+    try:
+        async with asyncio.timeout(2.0):
+            await process.wait()
+            text = await process.stderr.read()
+    except TimeoutError:
+        return None
+    for line in reversed(text.decode("utf-8", "replace").splitlines()):
+        with contextlib.suppress(ValueError, AttributeError):
+            status = json.loads(line)
+            if status.get("code"):
+                return HostError(str(status.get("message", "")), code=str(status["code"]))
+    return None
 
 
 class HostClient:
@@ -65,11 +84,16 @@ class HostClient:
                     env: dict[str, str] | None = None) -> HostClient:
         """Speak the protocol over a bridge process's stdin/stdout (e.g. the Hyperswarm one)."""
         process = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env)
+            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env=env)
         assert process.stdout is not None and process.stdin is not None
         client = cls(process.stdout, process.stdin, process=process)  # type: ignore[arg-type]
         try:
             await client._handshake(timeout_s)
+        except HostError as exc:
+            reported = await _bridge_error(process)
+            await client.aclose()
+            raise reported or exc from None
         except BaseException:
             await client.aclose()
             raise

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import signal
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +19,7 @@ from voice_server.adapters.host.swarm import (
     connect_command,
 )
 
+ROOT = Path(__file__).resolve().parents[3]
 TIMEOUT = 30.0
 
 pytestmark = pytest.mark.skipif(bridge_available() is not None,
@@ -73,17 +77,12 @@ async def test_unknown_key_is_host_offline(testnet):
 
 async def test_commands_over_the_swarm(fake_openai, testnet):
     """`sidecar host --swarm-key` announces the host; `host-chat --swarm-key` reaches it."""
-    import signal
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[3]
     key = secrets.token_hex(16)
     swarm = ["--swarm-key", key, "--swarm-bootstrap", testnet, "--swarm-direct"]
     host = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "voice_server.cli", "sidecar", "host", "--port", "0", *swarm,
         "--llm-provider", "openai_compat", "--llm-base-url", fake_openai.base_url,
-        "--llm-model", "fake-model", "--log-level", "WARNING", cwd=root,
+        "--llm-model", "fake-model", "--log-level", "WARNING", cwd=ROOT,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     try:
         async with asyncio.timeout(TIMEOUT):
@@ -91,7 +90,7 @@ async def test_commands_over_the_swarm(fake_openai, testnet):
         assert ready["server_id"]
         chat = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "voice_server.cli", "host-chat", *swarm, "--timeout", "20",
-            "through the swarm", cwd=root, stdout=asyncio.subprocess.PIPE)
+            "through the swarm", cwd=ROOT, stdout=asyncio.subprocess.PIPE)
         async with asyncio.timeout(TIMEOUT):
             out, _ = await chat.communicate()
         assert (chat.returncode, out) == (0, b"You said: through the swarm\n")

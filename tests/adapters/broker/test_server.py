@@ -301,3 +301,21 @@ async def test_close_is_idempotent_and_cancels_connections(fake_router):
     except ConnectionResetError:
         pass  # the kernel may reset instead of a clean FIN; either way the server hung up
     writer.close()
+
+
+async def test_batch_timeout_is_a_request_level_error():
+    """A batch slower than batch_timeout_s is answered "Request timed out", items cancelled."""
+    gate = asyncio.Event()
+
+    async def answer(request):
+        await gate.wait()
+        return "never"
+
+    provider = ProgrammableProvider(answer)
+    service = BrokerService(LLMRouter({"p": provider}, default="p"),
+                            BrokerOptions(batch_timeout_s=0.2))
+    async with BrokerServer(service) as server:
+        [response] = await exchange(server.port, encode_frame(
+            {"correlation_id": "t", "prompts": ["a", "b"]}))
+    assert response == {"correlation_id": "t", "error": "Request timed out", "results": None}
+    assert provider.in_flight == 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 
 from ..cli import add_llm_flags, run_async, serve_until_signal, settings_from_args
@@ -41,25 +40,18 @@ def _run(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         from ...llm.factory import build_router
-        from .proxy import BrokerProxy
-        from .server import BrokerServer
-        from .service import BrokerOptions, BrokerService
+        from .service import BrokerOptions
+        from .sidecar import BrokerSidecarConfig, run_sidecar
 
+        config = BrokerSidecarConfig(
+            host=args.host, port=args.port, http_port=args.http_port,
+            options=BrokerOptions(models=dict(args.models), max_tokens=args.max_tokens,
+                                  temperature=settings.llm_temperature,
+                                  request_timeout_s=settings.llm_timeout_s,
+                                  max_message_bytes=args.max_message_bytes))
         router = build_router(settings)
-        options = BrokerOptions(models=dict(args.models), max_tokens=args.max_tokens,
-                                temperature=settings.llm_temperature,
-                                request_timeout_s=settings.llm_timeout_s,
-                                max_message_bytes=args.max_message_bytes)
-        service = BrokerService(router, options)
         try:
-            async with contextlib.AsyncExitStack() as stack:
-                server = await stack.enter_async_context(
-                    BrokerServer(service, host=args.host, port=args.port))
-                ready = {"broker": f"{args.host}:{server.port}"}
-                if args.http_port is not None:
-                    proxy = await stack.enter_async_context(
-                        BrokerProxy(service, host=args.host, port=args.http_port))
-                    ready["http"] = proxy.url
+            async with run_sidecar(router, config) as ready:
                 print(json.dumps(ready), flush=True)
                 await serve_until_signal()
         finally:

@@ -63,33 +63,22 @@ def _serve(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         from ...llm.factory import build_router
-        from .server import HostOptions, HostServer
+        from .server import HostOptions
+        from .sidecar import HostSidecarConfig, run_sidecar
 
-        router = build_router(settings)
         options = HostOptions(model=args.model, max_clients=args.max_clients,
                               concurrency=args.concurrency, max_tokens=args.max_tokens,
                               temperature=settings.llm_temperature,
                               **({"host_name": args.host_name} if args.host_name else {}))
+        config = HostSidecarConfig(
+            host=args.host, port=None if args.no_tcp else args.port, unix_path=args.unix,
+            swarm_key=args.swarm_key, swarm_bootstrap=args.swarm_bootstrap,
+            swarm_direct=args.swarm_direct, options=options)
+        router = build_router(settings)
         try:
-            async with HostServer(router, options, host=args.host,
-                                  port=None if args.no_tcp else args.port,
-                                  unix_path=args.unix) as server:
-                ready = {"model": server.model_name}
-                if server.port is not None:
-                    ready["tcp"] = f"{args.host}:{server.port}"
-                if args.unix:
-                    ready["unix"] = args.unix
-                async with contextlib.AsyncExitStack() as stack:
-                    if args.swarm_key:
-                        from .swarm import SwarmAnnouncer
-
-                        tcp = (args.host, server.port) if server.port is not None else None
-                        announcer = await stack.enter_async_context(SwarmAnnouncer(
-                            args.swarm_key, tcp=tcp, unix_path=None if tcp else args.unix,
-                            bootstrap=args.swarm_bootstrap, direct=args.swarm_direct))
-                        ready["server_id"] = announcer.server_id or ""
-                    print(json.dumps(ready), flush=True)
-                    await serve_until_signal()
+            async with run_sidecar(router, config) as ready:
+                print(json.dumps(ready), flush=True)
+                await serve_until_signal()
         finally:
             await router.aclose()
         return 0

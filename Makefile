@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 # llama-cpp-python builds from source (~10 min on 2 cores, cached by pip afterwards)
 export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
-APT_TEST_PACKAGES := espeak-ng sox libsox-fmt-all
+APT_TEST_PACKAGES := espeak-ng sox libsox-fmt-all iproute2 util-linux postgresql
 # Node packages of the Hyperswarm bridge of the host sidecar (tests skip it without npm)
 HYPERSWARM_BRIDGE := voice_server/adapters/host/hyperswarm
 SERVE_ARGS ?=
@@ -45,8 +45,12 @@ system-test-deps:
 serve: install
 	$(VENV)/bin/voice-server serve $(SERVE_ARGS)
 
+# Tests run in a private network namespace whose only interface is loopback, so WebRTC (ICE)
+# and every other test can only ever reach 127.0.0.1.
+NETNS := $(shell if [ "$$(id -u)" = 0 ]; then echo "unshare -n"; else echo "unshare -rn"; fi)
+
 test: install-test
-	$(PY) -m pytest -q -rs $(PYTEST_ARGS)
+	$(NETNS) sh -c 'ip link set lo up && exec $(PY) -m pytest -q -rs $(PYTEST_ARGS)'
 
 lint: install
 	$(VENV)/bin/ruff check voice_server tests bench

@@ -22,6 +22,8 @@ __all__ = ["main"]
 # Modules that add subcommands; one line each.
 _COMMAND_MODULES: list[str] = [
     "voice_server.adapters.cli",
+    "voice_server.adapters.prompt.cli",
+    "voice_server.adapters.host.cli",
 ]
 
 

@@ -53,6 +53,15 @@ class Settings(BaseSettings):
     max_attachment_bytes: int = Field(8 * 1024 * 1024, ge=0,
                                       description="largest total size of one turn's images")
 
+    # turn taking (WebRTC audio)
+    vad_aggressiveness: int = Field(2, ge=0, le=3, description="webrtcvad mode, 0..3")
+    vad_min_speech_ms: int = Field(200, ge=20, description="voiced audio that confirms speech "
+                                   "(and barges in)")
+    vad_end_silence_ms: int = Field(500, ge=60, description="silence that ends an utterance")
+    vad_pre_roll_ms: int = Field(300, ge=0, description="audio kept before speech starts")
+    interim_transcripts: bool = Field(True, description="send isFinal=false transcripts while "
+                                      "the user speaks")
+
     # speech to text
     stt_model: str | None = Field(None, description="faster-whisper model directory or name "
                                   "(default: bundled Whisper tiny.en)")

@@ -10,6 +10,7 @@ from voice_server.adapters.broker import request_completion
 from voice_server.adapters.host import HostClient
 from voice_server.adapters.launch import launch_sidecars
 from voice_server.config import ConfigError, Settings
+from voice_server.llm import LLMError
 from voice_server.llm.factory import build_router
 
 
@@ -46,7 +47,7 @@ def test_router_factory_from_settings():
     router = build_router(Settings(llm_provider="openai_compat", llm_base_url="http://127.0.0.1:9",
                                    llm_model="m"))
     assert (router.default, router.resolve(None)[1]) == ("openai_compat", "m")
-    with pytest.raises(ConfigError, match="llm_base_url and llm_model"):
+    with pytest.raises(LLMError, match="needs llm_base_url"):
         build_router(Settings(llm_provider="openai_compat"))
 
 

@@ -44,6 +44,7 @@ class FakeOpenAI:
         self.default_text = default_text
         self.script: deque[Reply] = deque()
         self.requests: list[dict[str, Any]] = []
+        self.request_headers: list[dict[str, str]] = []  # HTTP headers, parallel to requests
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -86,6 +87,7 @@ class FakeOpenAI:
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        self.request_headers.append(dict(request.headers))
         reply = self._next(body)
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
@@ -143,6 +145,7 @@ class FakeOpenAI:
     async def _embeddings(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.requests.append(body)
+        self.request_headers.append(dict(request.headers))
         inputs = body.get("input")
         inputs = [inputs] if isinstance(inputs, str) else list(inputs or [])
         data = [{"object": "embedding", "index": i, "embedding": _hash_vector(text)}

@@ -1,7 +1,9 @@
-"""The ``voice-server sidecar NAME ...`` command group, shared by every sidecar adapter.
+"""``voice-server sidecar NAME``: one subcommand per text-only sidecar adapter.
 
-Each module in ``_SIDECARS`` exposes ``add_sidecar_parser(sidecar_subparsers)``; a module may
-also expose ``register(subparsers)`` for top-level commands of its own (e.g. ``host-chat``).
+Each module listed in ``_SIDECARS`` exposes ``add_sidecar_parser(sidecar_subparsers)``
+(top-level commands of an adapter, like ``host-chat``, are registered through
+``voice_server.cli._COMMAND_MODULES``). The helpers below give every sidecar the same LLM
+flags and run loop.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import importlib
 import logging
 import os
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 
 from ..config import Settings, load_settings
@@ -27,6 +30,7 @@ __all__ = [
 
 # One line per sidecar adapter module.
 _SIDECARS: list[str] = [
+    "voice_server.adapters.prompt.cli",
     "voice_server.adapters.broker.cli",
     "voice_server.adapters.host.cli",
 ]
@@ -54,13 +58,18 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def run_async(main: Callable[[], Awaitable[int]], log_level: str = "INFO") -> int:
-    """Run a sidecar's coroutine until it returns or Ctrl-C."""
+    """Run a sidecar's coroutine until it returns or Ctrl-C; LLM setup errors are one line."""
+    from ..llm import LLMError
+
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         return asyncio.run(main())  # type: ignore[arg-type]
     except KeyboardInterrupt:
         return 0
+    except (LLMError, OSError) as exc:
+        print(f"voice-server: {exc}", file=sys.stderr)
+        return 2
 
 
 async def serve_until_signal() -> None:
@@ -74,11 +83,8 @@ async def serve_until_signal() -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    sidecar = subparsers.add_parser("sidecar", help="run a text-only LLM sidecar protocol",
+    sidecar = subparsers.add_parser("sidecar", help="run a text-only LLM sidecar adapter",
                                     description="Run one sidecar adapter over the LLM layer.")
     sidecar_sub = sidecar.add_subparsers(dest="sidecar", required=True)
     for name in _SIDECARS:
-        module = importlib.import_module(name)
-        module.add_sidecar_parser(sidecar_sub)
-        if hasattr(module, "register"):
-            module.register(subparsers)
+        importlib.import_module(name).add_sidecar_parser(sidecar_sub)

@@ -9,9 +9,11 @@ PIP := $(PY) -m pip
 # llama-cpp-python builds from source (~10 min on 2 cores, cached by pip afterwards)
 export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
 APT_TEST_PACKAGES := espeak-ng sox libsox-fmt-all iproute2 util-linux postgresql
+# Node packages of the Hyperswarm bridge of the host sidecar (tests skip it without npm)
+HYPERSWARM_BRIDGE := voice_server/adapters/host/hyperswarm
 SERVE_ARGS ?=
 
-.PHONY: serve test install install-test system-test-deps lint clean
+.PHONY: serve test install install-test system-test-deps node-test-deps lint clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,7 +27,12 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
-install-test: install system-test-deps
+install-test: install system-test-deps node-test-deps
+
+node-test-deps:
+	@if command -v npm >/dev/null 2>&1; then \
+	  npm ci --prefix $(HYPERSWARM_BRIDGE) --no-audit --no-fund --silent; \
+	else echo "npm not found: the Hyperswarm bridge tests will be skipped (install nodejs, npm)"; fi
 
 system-test-deps:
 	@missing=""; for p in $(APT_TEST_PACKAGES); do \

@@ -24,6 +24,7 @@ _COMMAND_MODULES: list[str] = [
     "voice_server.adapters.cli",
     "voice_server.adapters.prompt.cli",
     "voice_server.playbook.cli",
+    "voice_server.adapters.host.cli",
 ]
 
 

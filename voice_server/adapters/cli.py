@@ -20,24 +20,18 @@ from collections.abc import Awaitable, Callable
 
 from ..config import Settings, load_settings
 
-<<<<<<< HEAD
-# Sidecar modules; one line each.
-_SIDECARS: list[str] = [
-    "voice_server.adapters.prompt.cli",
-    "voice_server.adapters.caller.cli",
-=======
 __all__ = [
     "add_llm_flags",
     "register",
     "run_async",
     "serve_until_signal",
     "settings_from_args",
->>>>>>> sidecars-1
 ]
 
 # One line per sidecar adapter module.
 _SIDECARS: list[str] = [
     "voice_server.adapters.prompt.cli",
+    "voice_server.adapters.caller.cli",
     "voice_server.adapters.broker.cli",
     "voice_server.adapters.host.cli",
 ]

@@ -92,6 +92,12 @@ class Settings(BaseSettings):
     system_prompt: str = Field(DEFAULT_SYSTEM_PROMPT, description="system prompt of the agent")
     max_history_messages: int = Field(40, ge=2, description="history messages sent to the LLM")
 
+    # playbooks
+    playbooks_dir: str | None = Field(None, description="folder of YAML playbooks, hot-reloaded "
+                                      "(default: the bundled playbooks/ folder)")
+    default_playbook: str | None = Field(None, description="playbook id used when a connection "
+                                         "names none (?playbook=ID on the WebSocket URL)")
+
     # runtime
     compute_workers: int = Field(4, ge=1, description="threads for STT, TTS and the local LLM")
     preload_models: bool = Field(True, description="load and warm models at start")

@@ -25,6 +25,7 @@ from ..metrics import Metrics, TurnRecord
 from ..pipeline.stt import WhisperSTT
 from ..pipeline.tts import PiperTTS
 from ..pipeline.turn import ChatResponder, Responder
+from ..playbook import PlaybookRegistry, PlaybookResponder
 from ..protocol import VisionAttachment
 from .connection import Connection
 from .http import HttpRoutes
@@ -35,6 +36,7 @@ __all__ = ["VoiceServer", "run_forever"]
 log = logging.getLogger(__name__)
 
 WEB_CLIENT_DIR = Path(__file__).resolve().parents[2] / "web_client"
+PLAYBOOKS_DIR = Path(__file__).resolve().parents[2] / "playbooks"
 
 
 class VoiceServer:
@@ -56,15 +58,23 @@ class VoiceServer:
             self.router, system_prompt=settings.system_prompt, model=settings.llm_model,
             temperature=settings.llm_temperature, max_tokens=settings.llm_max_tokens,
             max_history=settings.max_history_messages, timeout_s=settings.llm_timeout_s)
+        folder = Path(settings.playbooks_dir) if settings.playbooks_dir else PLAYBOOKS_DIR
+        self.playbooks = PlaybookRegistry(folder) if folder.is_dir() else None
+        self._playbook_responders: dict[tuple[str, int], PlaybookResponder] = {}
         self._server: Server | None = None
         self._started = time.monotonic()
         self.routes = HttpRoutes(health=self.health, metrics=self.metrics.render,
                                  static_dir=WEB_CLIENT_DIR,
-                                 allowed_origins=settings.allowed_origins)
+                                 allowed_origins=settings.allowed_origins,
+                                 extra={"/playbooks": self._list_playbooks})
 
     # ---- lifecycle --------------------------------------------------------------------------
     async def __aenter__(self) -> VoiceServer:
         await self.sessions.__aenter__()
+        if self.playbooks is not None:
+            await self.playbooks.__aenter__()
+            if self.playbooks.errors:
+                log.warning("invalid playbooks (not served): %s", sorted(self.playbooks.errors))
         if self.settings.preload_models:
             await self.load_models()
         from .rtc import rtc_factory  # noqa: PLC0415 - optional: aiortc is a heavy import
@@ -89,6 +99,10 @@ class VoiceServer:
         for conn in list(self.live.values()):
             await conn.close()
         await self.sessions.aclose()
+        if self.playbooks is not None:
+            await self.playbooks.aclose()
+        for responder in self._playbook_responders.values():
+            await responder.aclose()
         await self.router.aclose()
         self.pool.close()
 
@@ -134,8 +148,47 @@ class VoiceServer:
     def ice_servers_for(self, session_id: str) -> list[dict[str, Any]]:
         return list(self.settings.ice_servers)
 
+    def playbook_known(self, playbook_id: str) -> bool:
+        return self.playbooks is not None and playbook_id in self.playbooks
+
     def responder_for(self, session: Session) -> Responder:
-        return self._responder
+        """The session's playbook (current version) or the plain chat responder."""
+        playbook_id = session.meta.get("playbook")
+        if not playbook_id or not self.playbook_known(playbook_id):
+            return self._responder
+        assert self.playbooks is not None
+        key = (playbook_id, self.playbooks.version)
+        responder = self._playbook_responders.get(key)
+        if responder is None:
+            s = self.settings
+            responder = PlaybookResponder(
+                self.playbooks.get(playbook_id), self.router,
+                max_history=s.max_history_messages, timeout_s=s.llm_timeout_s,
+                model=s.llm_model, temperature=s.llm_temperature, max_tokens=s.llm_max_tokens,
+                executor=self.pool.executor)
+            self._playbook_responders[key] = responder
+        return responder
+
+    def may_interrupt(self, session: Session) -> bool:
+        """Barge-in is allowed unless the session's playbook says the agent may not be cut."""
+        responder = self.responder_for(session)
+        check = getattr(responder, "interruptible", None)
+        return True if check is None else bool(check(session.state))
+
+    def turn_taking(self, session: Session) -> dict[str, Any]:
+        """VAD overrides of the session's current playbook stage (may be empty)."""
+        responder = self.responder_for(session)
+        overrides = getattr(responder, "turn_taking", None)
+        return dict(overrides(session.state)) if overrides is not None else {}
+
+    async def _list_playbooks(self, request: Any) -> Any:
+        from http import HTTPStatus
+
+        from .http import json_response
+
+        items = self.playbooks.list() if self.playbooks is not None else []
+        return json_response(HTTPStatus.OK, {"default": self.settings.default_playbook,
+                                             "playbooks": items})
 
     def user_message(self, text: str, attachments: list[VisionAttachment]) -> dict[str, Any]:
         if not attachments:

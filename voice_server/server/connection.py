@@ -13,6 +13,7 @@ import contextlib
 import logging
 import time
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 from websockets.exceptions import ConnectionClosed
@@ -84,11 +85,24 @@ class Connection:
         await self.send(Error(code=code, message=message))
 
     # ---- lifecycle ----------------------------------------------------------------------------
+    def _requested_playbook(self) -> str | None:
+        request = getattr(self.ws, "request", None)
+        query = parse_qs(urlsplit(request.path).query) if request is not None else {}
+        values = query.get("playbook")
+        return values[0] if values else self.settings.default_playbook
+
     async def run(self) -> None:
         self.session = await self.server.sessions.create()
         self.server.attach(self.session.id, self)
         await self.send(Ready(id=self.session.id, protocol_version=1,
                               ice_servers=self.server.ice_servers_for(self.session.id)))
+        playbook = self._requested_playbook()
+        if playbook:
+            if self.server.playbook_known(playbook):
+                self.session.meta["playbook"] = playbook
+            else:
+                await self.send_error(ErrorCode.PLAYBOOK_ERROR,
+                                      f"unknown playbook {playbook!r}; using plain chat")
         try:
             while True:
                 try:
@@ -252,5 +266,6 @@ class Connection:
         turn.start()
         await turn.wait()
         await self.server.sessions.append_history(session, turn.committed)
+        await self.server.sessions.save(session)  # playbook state changed in place
         self.server.metrics.record_turn(record)
         self.server.last_turns.append(record)

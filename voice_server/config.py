@@ -53,6 +53,15 @@ class Settings(BaseSettings):
     max_attachment_bytes: int = Field(8 * 1024 * 1024, ge=0,
                                       description="largest total size of one turn's images")
 
+    # turn taking (WebRTC audio)
+    vad_aggressiveness: int = Field(2, ge=0, le=3, description="webrtcvad mode, 0..3")
+    vad_min_speech_ms: int = Field(200, ge=20, description="voiced audio that confirms speech "
+                                   "(and barges in)")
+    vad_end_silence_ms: int = Field(500, ge=60, description="silence that ends an utterance")
+    vad_pre_roll_ms: int = Field(300, ge=0, description="audio kept before speech starts")
+    interim_transcripts: bool = Field(True, description="send isFinal=false transcripts while "
+                                      "the user speaks")
+
     # speech to text
     stt_model: str | None = Field(None, description="faster-whisper model directory or name "
                                   "(default: bundled Whisper tiny.en)")
@@ -64,6 +73,7 @@ class Settings(BaseSettings):
     # text to speech
     tts_voice: str | None = Field(None, description="Piper .onnx voice path "
                                   "(default: bundled en_US-joe-medium)")
+    tts_threads: int = Field(1, ge=1, description="CPU threads for one TTS synthesis")
 
     # language model
     llm_provider: Literal["local", "openai_compat"] = Field(
@@ -81,6 +91,12 @@ class Settings(BaseSettings):
     llm_threads: int = Field(2, ge=1, description="CPU threads for the local model")
     system_prompt: str = Field(DEFAULT_SYSTEM_PROMPT, description="system prompt of the agent")
     max_history_messages: int = Field(40, ge=2, description="history messages sent to the LLM")
+
+    # playbooks
+    playbooks_dir: str | None = Field(None, description="folder of YAML playbooks, hot-reloaded "
+                                      "(default: the bundled playbooks/ folder)")
+    default_playbook: str | None = Field(None, description="playbook id used when a connection "
+                                         "names none (?playbook=ID on the WebSocket URL)")
 
     # runtime
     compute_workers: int = Field(4, ge=1, description="threads for STT, TTS and the local LLM")

@@ -43,7 +43,10 @@ class FakeOpenAI:
         self.model = model
         self.default_text = default_text
         self.script: deque[Reply] = deque()
+        self.embed_script: deque[Reply] = deque()  # failures for /v1/embeddings (status != 200)
+        self.models_status = 200  # answer /v1/models with this status (an error body if not 200)
         self.requests: list[dict[str, Any]] = []
+        self.request_headers: list[dict[str, str]] = []  # HTTP headers, parallel to requests
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -54,6 +57,11 @@ class FakeOpenAI:
     def add(self, *replies: Reply | str) -> FakeOpenAI:
         for reply in replies:
             self.script.append(Reply(text=reply) if isinstance(reply, str) else reply)
+        return self
+
+    def add_embed(self, *replies: Reply) -> FakeOpenAI:
+        """Script /v1/embeddings answers; a 200 reply means "compute the vectors as usual"."""
+        self.embed_script.extend(replies)
         return self
 
     async def __aenter__(self) -> FakeOpenAI:
@@ -86,6 +94,7 @@ class FakeOpenAI:
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        self.request_headers.append(dict(request.headers))
         reply = self._next(body)
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
@@ -143,6 +152,12 @@ class FakeOpenAI:
     async def _embeddings(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.requests.append(body)
+        self.request_headers.append(dict(request.headers))
+        reply = self.embed_script.popleft() if self.embed_script else None
+        if reply is not None and reply.status != 200:
+            return web.json_response(
+                {"error": {"message": reply.error_message, "type": "scripted", "code": None}},
+                status=reply.status, headers=reply.headers)
         inputs = body.get("input")
         inputs = [inputs] if isinstance(inputs, str) else list(inputs or [])
         data = [{"object": "embedding", "index": i, "embedding": _hash_vector(text)}
@@ -151,6 +166,9 @@ class FakeOpenAI:
                                   "usage": {"prompt_tokens": 0, "total_tokens": 0}})
 
     async def _models(self, request: web.Request) -> web.Response:
+        if self.models_status != 200:
+            return web.json_response({"error": {"message": "scripted failure", "type": "scripted"}},
+                                     status=self.models_status)
         return web.json_response({"object": "list", "data": [
             {"id": self.model, "object": "model", "created": 0, "owned_by": "fake"}]})
 

@@ -13,7 +13,15 @@ from .errors import (
     ModelNotFound,
 )
 from .router import LLMRouter
-from .types import ChatRequest, ChatResult, LLMProvider, StreamEvent, ToolCall, Usage, tool_arguments
+from .types import (
+    ChatRequest,
+    ChatResult,
+    LLMProvider,
+    StreamEvent,
+    ToolCall,
+    Usage,
+    tool_arguments,
+)
 
 __all__ = [
     "ChatRequest",

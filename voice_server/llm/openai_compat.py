@@ -155,7 +155,7 @@ class OpenAICompatProvider:
             if resp.usage else Usage()
         return ChatResult(text=choice.message.content or "", model=resp.model or
                           self._params(request)["model"], finish_reason=choice.finish_reason
-                          or "stop", tool_calls=calls, usage=usage)
+                          or "stop", tool_calls=calls, usage=usage, id=resp.id or "")
 
     async def embed(self, texts: list[str], *, model: str | None = None) -> list[list[float]]:
         try:

@@ -72,6 +72,7 @@ class ChatResult:
     finish_reason: str = "stop"
     tool_calls: list[ToolCall] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
+    id: str = ""  # the provider's completion id when it gives one (e.g. "chatcmpl-...")
 
 
 @runtime_checkable

@@ -1,0 +1,82 @@
+"""Tools of ``appointments.yaml``: a calendar kept in SQLite.
+
+The database file is ``ctx.options["db_path"]``; a relative path is placed in the folder named
+by ``VOICE_SERVER_DATA_DIR`` (default ``~/.local/share/voice-server``, as the server's). Opening
+hours are 09:00-17:00 in 30-minute slots. Each call opens its own connection (handlers run in
+worker threads).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from contextlib import closing
+from datetime import date as Date
+from pathlib import Path
+
+SLOTS = [f"{h:02d}:{m:02d}" for h in range(9, 17) for m in (0, 30)]
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS appointments (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    day TEXT NOT NULL, time TEXT NOT NULL, name TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '',
+    cancelled INTEGER NOT NULL DEFAULT 0
+);
+CREATE UNIQUE INDEX IF NOT EXISTS one_per_slot ON appointments(day, time) WHERE cancelled = 0;
+"""
+
+
+def _connect(ctx) -> sqlite3.Connection:
+    path = Path(ctx.options.get("db_path", "appointments.sqlite"))
+    if not path.is_absolute():
+        base = os.environ.get("VOICE_SERVER_DATA_DIR") or "~/.local/share/voice-server"
+        path = Path(base).expanduser() / path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path, timeout=5)
+    conn.executescript(SCHEMA)
+    return conn
+
+
+def _check_day(day: str) -> str:
+    parsed = Date.fromisoformat(day)
+    if parsed.weekday() >= 5:
+        raise ValueError(f"{day} is a weekend; the clinic opens Monday to Friday")
+    return parsed.isoformat()
+
+
+def list_free_slots(date: str, *, ctx) -> dict:
+    day = _check_day(date)
+    with closing(_connect(ctx)) as conn:
+        taken = {row[0] for row in conn.execute(
+            "SELECT time FROM appointments WHERE day = ? AND cancelled = 0", (day,))}
+    return {"date": day, "free": [s for s in SLOTS if s not in taken]}
+
+
+def book_appointment(date: str, time: str, name: str, reason: str = "", *, ctx) -> dict:
+    day = _check_day(date)
+    if time not in SLOTS:
+        raise ValueError(f"{time} is not a slot; slots run 09:00-16:30 every 30 minutes")
+    with closing(_connect(ctx)) as conn:
+        try:
+            with conn:
+                cur = conn.execute(
+                    "INSERT INTO appointments (day, time, name, reason) VALUES (?, ?, ?, ?)",
+                    (day, time, name.strip(), reason.strip()))
+        except sqlite3.IntegrityError:
+            raise ValueError(f"{day} {time} is already taken") from None
+    return {"appointment_id": cur.lastrowid, "date": day, "time": time, "name": name.strip()}
+
+
+def find_appointments(name: str, *, ctx) -> dict:
+    with closing(_connect(ctx)) as conn:
+        rows = conn.execute(
+            "SELECT id, day, time, reason FROM appointments WHERE lower(name) = lower(?) "
+            "AND cancelled = 0 ORDER BY day, time", (name.strip(),)).fetchall()
+    return {"name": name, "appointments": [
+        {"appointment_id": r[0], "date": r[1], "time": r[2], "reason": r[3]} for r in rows]}
+
+
+def cancel_appointment(appointment_id: int, *, ctx) -> dict:
+    with closing(_connect(ctx)) as conn, conn:
+        cur = conn.execute("UPDATE appointments SET cancelled = 1 WHERE id = ? AND cancelled = 0",
+                           (appointment_id,))
+    return {"appointment_id": appointment_id, "cancelled": cur.rowcount == 1}

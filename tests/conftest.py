@@ -1,0 +1,42 @@
+"""Shared fixtures: test speech (espeak-ng + sox), servers on free loopback ports."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+TIME_FACTOR = float(os.environ.get("VOICE_TEST_TIME_FACTOR", "1"))
+
+
+def scaled(seconds: float) -> float:
+    """Timeouts scale with VOICE_TEST_TIME_FACTOR on slow machines."""
+    return seconds * TIME_FACTOR
+
+
+@pytest.fixture(scope="session")
+def speech_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("speech")
+
+
+@pytest.fixture(scope="session")
+def make_speech(speech_dir: Path):
+    """``make_speech(text, rate=16000, pad=(0.5, 0.5))`` -> WAV bytes of espeak-ng speech."""
+    if not (shutil.which("espeak-ng") and shutil.which("sox")):
+        pytest.skip("espeak-ng and sox are needed (make test installs them)")
+
+    def make(text: str, *, rate: int = 16000, pad: tuple[float, float] = (0.5, 0.5),
+             speed: int = 150) -> bytes:
+        key = f"{abs(hash((text, rate, pad, speed)))}"
+        raw, out = speech_dir / f"{key}-raw.wav", speech_dir / f"{key}.wav"
+        if not out.exists():
+            subprocess.run(["espeak-ng", "-v", "en-us", "-s", str(speed), "-w", str(raw), text],
+                           check=True, capture_output=True)
+            subprocess.run(["sox", str(raw), "-r", str(rate), "-c", "1", "-b", "16", str(out),
+                            "pad", str(pad[0]), str(pad[1])], check=True, capture_output=True)
+        return out.read_bytes()
+
+    return make

@@ -1,0 +1,61 @@
+"""`voice-server playbook chat FILE`: a terminal conversation with the events printed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+from tests.support.fake_openai import FakeOpenAI, Reply
+
+from .conftest import PLAYBOOKS, scaled
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def test_chat_over_a_scripted_endpoint(fake: FakeOpenAI) -> None:
+    """Typed lines become turns; tool and stage events and the agent's words are printed."""
+    fake.add("Welcome to Luigi's!",
+             Reply(tool_calls=[{"name": "check_availability",
+                                "arguments": {"time": "19:00", "party_size": 2}}]),
+             "A table for two at 19:00 is free.")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VOICE_SERVER_")}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "voice_server.cli", "playbook", "chat",
+        str(PLAYBOOKS / "restaurant.yaml"), "--llm-provider", "openai_compat",
+        "--llm-base-url", fake.base_url, "--llm-model", "fake-model",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, cwd=ROOT, env=env)
+    out, err = await asyncio.wait_for(
+        proc.communicate(b"hello\n\nI want to book a table for two at 19:00\n/quit\nignored\n"),
+        scaled(60))
+    assert proc.returncode == 0, err.decode()
+    lines = out.decode().splitlines()
+    assert lines[0] == "playbook restaurant: stage greeting. Type a message (/quit to stop)."
+    assert lines[1:] == [
+        "agent> Welcome to Luigi's!",
+        "(stage: greeting)",
+        "[stage-change] greeting -> booking (keyword_match)",
+        '[tool-call-start] check_availability {"time": "19:00", "party_size": 2}',
+        lines[5],
+        "agent> A table for two at 19:00 is free.",
+        "(stage: booking)",
+    ]
+    assert lines[5].startswith("[tool-call-end] ")
+    assert lines[5].endswith(' ms {"available": true, "time": "19:00", "table_seats": 2}')
+    assert len(fake.requests) == 3
+
+
+async def test_chat_refuses_an_invalid_file(tmp_path: Path) -> None:
+    """An invalid playbook is reported with its location and exit code 1."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("id: x\ninitial_stage: nowhere\nstages: {a: {}}\n")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "voice_server.cli", "playbook", "chat", str(bad),
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, cwd=ROOT)
+    _, err = await asyncio.wait_for(proc.communicate(), scaled(60))
+    assert proc.returncode == 1
+    assert err.decode() == (f"{bad}:2:16: initial_stage: unknown stage 'nowhere' "
+                            f"(expected one of: a)\n")

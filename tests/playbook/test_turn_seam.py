@@ -1,0 +1,61 @@
+"""The seam with the voice pipeline: a real ``pipeline.turn.Turn`` driven by PlaybookResponder."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import numpy as np
+
+from tests.support.fake_openai import FakeOpenAI, Reply
+from voice_server.llm import LLMRouter
+from voice_server.metrics import TurnRecord
+from voice_server.pipeline.speech import ChunkMessageOutput
+from voice_server.pipeline.turn import Turn, TurnContext
+from voice_server.playbook import PlaybookResponder, load_playbook
+from voice_server.protocol import Message, encode
+
+from .conftest import PLAYBOOKS, scaled
+
+
+class SilentTTS:
+    """Stands in for Piper: 10 ms of silence per sentence."""
+
+    sample_rate = 16000
+
+    async def synthesize(self, text: str) -> np.ndarray:
+        return np.zeros(160, dtype=np.int16)
+
+
+async def test_turn_with_playbook_events_and_history(fake: FakeOpenAI, router: LLMRouter) -> None:
+    """Wire events come in protocol order and the committed history holds the tool exchange."""
+    sent: list[dict] = []
+
+    async def emit(message: Message) -> None:
+        sent.append(json.loads(encode(message)))
+
+    fake.add(Reply(tool_calls=[{"name": "check_availability",
+                                "arguments": {"time": "19:00", "party_size": 2}}]),
+             "We have a table at seven. Your name, please?")
+    pb = load_playbook(PLAYBOOKS / "restaurant.yaml")
+    async with PlaybookResponder(pb, router) as responder:
+        ctx = TurnContext(history=[], user_message={"role": "user",
+                                                    "content": "Book a table for two at 19:00"},
+                          emit=emit, state={})
+        turn = Turn(ctx=ctx, responder=responder, tts=SilentTTS(),  # type: ignore[arg-type]
+                    output=ChunkMessageOutput(emit), record=TurnRecord(session_id="s1"))
+        turn.start()
+        await asyncio.wait_for(turn.wait(), scaled(10))
+    types = [m["type"] for m in sent]
+    assert types[:3] == ["stage-change", "tool-call-start", "tool-call-end"]
+    assert sent[0] == {"type": "stage-change", "from": "greeting", "to": "booking",
+                       "reason": "keyword_match"}
+    assert sent[1]["name"] == "check_availability" and sent[1]["callId"] == sent[2]["callId"]
+    assert sent[1]["arguments"] == {"time": "19:00", "party_size": 2}
+    assert sent[2]["result"]["available"] is True and sent[2]["durationMs"] >= 0
+    assert "llm" in types and types[-1] == "tts-complete"
+    roles = [m["role"] for m in turn.committed]
+    assert roles == ["user", "assistant", "tool", "assistant"]
+    assert turn.committed[1]["tool_calls"][0]["id"] == sent[1]["callId"]
+    assert turn.committed[3]["content"] == "We have a table at seven. Your name, please?"
+    assert ctx.state["stage"] == "booking"

@@ -1,0 +1,51 @@
+"""Sentence chunking of streamed LLM text."""
+
+from __future__ import annotations
+
+import pytest
+
+from voice_server.pipeline.chunker import SentenceChunker
+
+
+def stream(text: str, step: int = 3) -> list[str]:
+    chunker = SentenceChunker()
+    out = []
+    for i in range(0, len(text), step):
+        out += chunker.feed(text[i:i + step])
+    if (rest := chunker.flush()) is not None:
+        out.append(rest)
+    return out
+
+
+@pytest.mark.parametrize("step", [1, 2, 5, 1000])
+def test_sentences_split_whatever_the_token_size(step):
+    """Sentence boundaries do not depend on how the stream was cut."""
+    text = "Paris is the capital. It has 2.1 million people! Isn't that nice? Yes"
+    assert stream(text, step) == ["Paris is the capital.", "It has 2.1 million people!",
+                                  "Isn't that nice?", "Yes"]
+
+
+def test_abbreviations_do_not_split():
+    """'Dr.' and 'e.g.' are not sentence ends."""
+    assert stream("Ask Dr. Smith, e.g. tomorrow. Thanks.", 1000) == \
+        ["Ask Dr. Smith, e.g. tomorrow.", "Thanks."]
+
+
+def test_first_piece_may_end_at_a_clause():
+    """A long first clause is spoken early; later pieces wait for sentence ends."""
+    out = stream("Well, the answer to your question, my friend, is simple, really. Next, a b.", 1)
+    assert out[0] == "Well, the answer to your question,"
+    assert out[1:] == ["my friend, is simple, really.", "Next, a b."]
+
+
+def test_unspeakable_pieces_are_dropped():
+    """Punctuation-only fragments never reach TTS."""
+    assert stream("... !!! ok.", 1000) == ["ok."]
+    assert stream("", 1) == []
+
+
+def test_runaway_text_is_cut():
+    """Text without punctuation is cut at a space before the limit."""
+    out = stream("word " * 100, 7)
+    assert all(len(p) <= 240 for p in out) and len(out) >= 2
+    assert " ".join(out).split() == ["word"] * 100

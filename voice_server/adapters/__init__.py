@@ -1,0 +1,1 @@
+"""Text-only sidecar protocols served over the one ``llm/`` layer."""

@@ -1,0 +1,61 @@
+"""``voice-server sidecar broker``: the framed TCP broker and its HTTP proxy."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..cli import add_llm_flags, run_async, serve_until_signal, settings_from_args
+
+__all__ = ["add_sidecar_parser"]
+
+
+def _model_pair(text: str) -> tuple[str, str]:
+    name, sep, spec = text.partition("=")
+    if not name or not sep or not spec:
+        raise argparse.ArgumentTypeError("expected NAME=MODEL (e.g. small=local)")
+    return name, spec
+
+
+def add_sidecar_parser(sidecar_subparsers: argparse._SubParsersAction) -> None:
+    parser = sidecar_subparsers.add_parser(
+        "broker", help="4-byte length-prefixed JSON over TCP, plus its HTTP proxy",
+        description="Serve the broker wire protocol (and optionally its HTTP proxy).")
+    parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0, help="TCP port (0: pick a free one)")
+    parser.add_argument("--http-port", type=int, default=None,
+                        help="also serve the HTTP proxy on this port (0: pick a free one)")
+    parser.add_argument("--model", dest="models", action="append", type=_model_pair, default=[],
+                        metavar="NAME=MODEL", help="a named model clients may request "
+                        "(repeatable); MODEL is resolved by the LLM layer")
+    parser.add_argument("--max-tokens", type=int, default=None, help="cap on answer tokens")
+    parser.add_argument("--max-message-bytes", type=int, default=10_000_000,
+                        help="largest accepted frame payload (default 10000000)")
+    add_llm_flags(parser)
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+
+    async def main() -> int:
+        from ...llm.factory import build_router
+        from .service import BrokerOptions
+        from .sidecar import BrokerSidecarConfig, run_sidecar
+
+        config = BrokerSidecarConfig(
+            host=args.host, port=args.port, http_port=args.http_port,
+            options=BrokerOptions(models=dict(args.models), max_tokens=args.max_tokens,
+                                  temperature=settings.llm_temperature,
+                                  request_timeout_s=settings.llm_timeout_s,
+                                  max_message_bytes=args.max_message_bytes))
+        router = build_router(settings)
+        try:
+            async with run_sidecar(router, config) as ready:
+                print(json.dumps(ready), flush=True)
+                await serve_until_signal()
+        finally:
+            await router.aclose()
+        return 0
+
+    return run_async(main, settings.log_level)

@@ -1,0 +1,150 @@
+"""The broker's HTTP proxy for code running in sandboxes (spec "Docker proxy expectations").
+
+``POST /llm_query`` ``{prompt, model?, correlation_id?, depth?}`` -> ``{"response": text}`` and
+``POST /llm_query_batched`` ``{prompts, ...}`` -> ``{"responses": [text | "Error: ...", ...]}``.
+Status codes follow the origin's ``LLMProxyHandler`` (notes 1.5): transport problems are 400,
+other paths 404, and every logical error is **200** ``{"error": "..."}``. Calls go straight to
+the in-process ``BrokerService`` and are recorded per ``correlation_id``; the additive
+``GET /llm_calls/{correlation_id}`` returns them as ``ChatCompletion`` dicts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from aiohttp import web
+
+from .messages import WireRequest, is_prompt, safe_error_message
+from .service import BrokerService
+
+__all__ = ["BrokerProxy"]
+
+log = logging.getLogger(__name__)
+
+
+def _error(message: str, status: int = 200) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+class BrokerProxy:
+    """``async with BrokerProxy(service, host="127.0.0.1", port=0) as proxy: proxy.url``."""
+
+    def __init__(self, service: BrokerService, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.service = service
+        self.host = host
+        self.port = port
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.service.options.max_message_bytes)
+        app.router.add_post("/llm_query", self._single)
+        app.router.add_post("/llm_query_batched", self._batched)
+        app.router.add_get("/llm_calls/{correlation_id}", self._calls)
+        app.router.add_route("*", "/{tail:.*}", self._not_found)
+        return app
+
+    async def start(self) -> None:
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        log.info("broker HTTP proxy listening on %s", self.url)
+
+    async def close(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    async def __aenter__(self) -> BrokerProxy:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _not_found(self, request: web.Request) -> web.Response:
+        return _error("Not found", 404)
+
+    async def _calls(self, request: web.Request) -> web.Response:
+        calls = self.service.log.get(request.match_info["correlation_id"])
+        return web.json_response({"calls": [c.to_dict() for c in calls]})
+
+    async def _body(self, request: web.Request) -> dict[str, Any] | web.Response:
+        length = request.headers.get("Content-Length")
+        if length is None:
+            return _error("Missing Content-Length", 400)
+        try:
+            size = int(length)
+        except ValueError:
+            return _error("Invalid Content-Length", 400)
+        if size <= 0:
+            return _error("Missing request body", 400)
+        try:
+            raw = await request.read()
+            body = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            return _error("Invalid JSON payload", 400)
+        except web.HTTPException:
+            raise
+        except Exception as exc:
+            return _error(safe_error_message(exc), 400)
+        if not isinstance(body, dict):
+            return _error("Request body must be a JSON object", 400)
+        return body
+
+    @staticmethod
+    def _common(body: dict[str, Any]) -> tuple[str | None, str | None] | web.Response:
+        model, cid = body.get("model"), body.get("correlation_id")
+        if model is not None and not isinstance(model, str):
+            return _error("Invalid model")
+        if cid is not None and not isinstance(cid, str):
+            return _error("Invalid correlation_id")
+        return model, cid
+
+    async def _single(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        if isinstance(body, web.Response):
+            return body
+        prompt = body.get("prompt")
+        if prompt is None or not is_prompt(prompt):
+            return _error("Invalid prompt")
+        common = self._common(body)
+        if isinstance(common, web.Response):
+            return common
+        model, cid = common
+        response = await self.service.handle(WireRequest(prompt=prompt, model=model,
+                                                         correlation_id=cid))
+        if response.error is not None:
+            return _error(response.error)
+        result = (response.results or [])[0]
+        if result.error is not None:
+            return _error(result.error)
+        return web.json_response({"response": (result.chat_completion or {})["response"]})
+
+    async def _batched(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        if isinstance(body, web.Response):
+            return body
+        prompts = body.get("prompts")
+        if not isinstance(prompts, list) or not all(is_prompt(p) for p in prompts):
+            return _error("Invalid prompts")
+        common = self._common(body)
+        if isinstance(common, web.Response):
+            return common
+        if not prompts:
+            return web.json_response({"responses": []})
+        model, cid = common
+        response = await self.service.handle(WireRequest(prompts=prompts, model=model,
+                                                         correlation_id=cid))
+        if response.error is not None:
+            return _error(response.error)
+        return web.json_response({"responses": [
+            f"Error: {r.error}" if r.error is not None else (r.chat_completion or {})["response"]
+            for r in response.results or []]})

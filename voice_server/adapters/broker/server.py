@@ -1,0 +1,130 @@
+"""The broker's asyncio TCP server: a thin shell moving bytes through ``FrameDecoder``.
+
+Spec "Transport framing" and notes 1.2: the origin answers one request per connection; we also
+answer further frames on the same connection, in order. A framing failure (oversize prefix,
+bad UTF-8 or JSON, not an object) is answered with one error frame; an oversize prefix then
+closes the connection, since the stream cannot be resynchronised. A close inside a frame is
+logged and gets no reply (there is nobody to read it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from .codec import FrameDecoder, encode_frame
+from .errors import FrameTooLarge, FrameTruncated
+from .messages import WireRequest, WireResponse, safe_error_message, try_parse_request
+from .service import BrokerService
+
+__all__ = ["BrokerServer"]
+
+log = logging.getLogger(__name__)
+
+_READ_SIZE = 65536
+
+
+class BrokerServer:
+    """``async with BrokerServer(service, host="127.0.0.1", port=0) as server: server.port``."""
+
+    def __init__(self, service: BrokerService, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.service = service
+        self.host = host
+        self.port = port
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._count = 0
+
+    @property
+    def connections(self) -> int:
+        return len(self._tasks)
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.info("broker listening on %s:%d", self.host, self.port)
+
+    async def close(self) -> None:
+        """Stop listening and cancel every connection; safe to call twice."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5.0)
+        if server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(server.wait_closed(), 5.0)
+
+    async def __aenter__(self) -> BrokerServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # The connection runs in its own named task, so that close() can cancel it without
+        # cancelling asyncio's callback task (which logs spuriously on 3.11 when cancelled).
+        self._count += 1
+        task = asyncio.create_task(self._connection(reader, writer),
+                                   name=f"broker-conn-{self._count}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        await asyncio.wait([task])
+        writer.close()  # also when the task was cancelled before it ever ran
+
+    async def _connection(self, reader: asyncio.StreamReader,
+                          writer: asyncio.StreamWriter) -> None:
+        try:
+            await self._serve(reader, writer)
+        except (ConnectionError, TimeoutError) as exc:
+            log.debug("broker connection ended: %s", safe_error_message(exc))
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1.0)
+
+    async def _send(self, writer: asyncio.StreamWriter, response: WireResponse) -> None:
+        try:
+            frame = encode_frame(response.to_dict(), max_bytes=self.service.options.
+                                 max_message_bytes)
+        except FrameTooLarge as exc:
+            frame = encode_frame(WireResponse(correlation_id=response.correlation_id,
+                                              error=str(exc)).to_dict())
+        writer.write(frame)
+        await writer.drain()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        options = self.service.options
+        decoder = FrameDecoder(max_bytes=options.max_message_bytes)
+        while True:
+            async with asyncio.timeout(options.idle_timeout_s):
+                data = await reader.read(_READ_SIZE)
+            if not data:
+                try:
+                    decoder.eof()
+                except FrameTruncated as exc:
+                    log.info("broker client closed mid-frame: %s", exc)
+                return
+            try:
+                payloads = decoder.feed(data)
+            except FrameTooLarge as exc:
+                await self._send(writer, WireResponse(error=str(exc)))
+                return
+            for payload in payloads:
+                parsed = try_parse_request(payload)
+                if isinstance(parsed, WireRequest):
+                    try:
+                        response = await self.service.handle(parsed)
+                    except Exception as exc:  # last line of defence: no traceback on the wire
+                        log.exception("broker request failed")
+                        response = WireResponse(correlation_id=parsed.correlation_id,
+                                                error=safe_error_message(exc))
+                else:
+                    response = parsed
+                await self._send(writer, response)

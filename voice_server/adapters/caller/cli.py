@@ -1,0 +1,124 @@
+"""``voice-server sidecar caller [--host H] [--port P] [--stdio] ...``
+
+Spec: specs/sidecar-llm-caller-mcp.md ("Integration context": 127.0.0.1:4037; "Dependencies and
+contracts": client registry and provider catalog files in the origin's formats). Options fall
+back to the origin's ``LLM_CALLER_*`` variables; the chat model of the default ``local``
+provider follows the server's ``VOICE_SERVER_*`` settings (or ``--config``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+from voice_server.config import ConfigError, load_settings
+
+from .config import (
+    CallerConfigError,
+    CallerOptions,
+    ClientRegistry,
+    load_client_registry,
+    load_providers,
+)
+
+__all__ = ["add_sidecar_parser", "run"]
+
+log = logging.getLogger(__name__)
+
+
+def add_sidecar_parser(sidecars: argparse._SubParsersAction) -> None:
+    p = sidecars.add_parser(
+        "caller", help="LLM caller: HTTP + SSE on /mcp/..., MCP tools on /mcp or stdio",
+        description="LLM caller sidecar (chat, chatStream, embed, listModels, getHealth).")
+    p.add_argument("--host", default=None, help="listen address (env LLM_CALLER_HOST; "
+                                               "default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None,
+                   help="TCP port (env LLM_CALLER_PORT; default 4037; 0 picks one)")
+    p.add_argument("--stdio", action="store_true",
+                   help="serve the MCP tools over stdin/stdout instead of HTTP")
+    p.add_argument("--client-registry", metavar="FILE",
+                   default=os.environ.get("LLM_CALLER_CLIENT_REGISTRY"),
+                   help='{"clients": [{"toolId", "token", "allowedMethods"}]} '
+                        "(env LLM_CALLER_CLIENT_REGISTRY)")
+    p.add_argument("--providers", metavar="FILE", default=os.environ.get("LLM_CALLER_PROVIDERS"),
+                   help='{"providers": {KEY: {"baseUrl", "defaultModel", "capabilities", '
+                        '"defaults", "scores"} | {"kind": "local"}}} (env LLM_CALLER_PROVIDERS; '
+                        "default: one provider 'local')")
+    p.add_argument("--token", default=os.environ.get("LLM_CALLER_TOKEN"),
+                   help="without a registry: the one accepted token (all methods); with "
+                        "--stdio: the token whose client the stdio caller acts as "
+                        "(env LLM_CALLER_TOKEN)")
+    p.add_argument("--rate-limit-max", type=int, default=None,
+                   help="requests per window per client, 0 disables "
+                        "(env LLM_CALLER_RATE_LIMIT_MAX)")
+    p.add_argument("--rate-limit-interval-ms", type=int, default=None,
+                   help="rate-limit window (env LLM_CALLER_RATE_LIMIT_INTERVAL_MS; default 60000)")
+    p.add_argument("--retry-attempts", type=int, default=None,
+                   help="chat attempts for TEMPORARY/RATE_LIMIT errors "
+                        "(env LLM_CALLER_RETRY_ATTEMPTS; default 2)")
+    p.add_argument("--config", metavar="FILE", default=os.environ.get("VOICE_SERVER_CONFIG"),
+                   help="server settings file (the local chat model)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        return asyncio.run(_main(args))
+    except (CallerConfigError, ConfigError) as exc:
+        print(f"voice-server sidecar caller: {getattr(exc, 'message', exc)}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # e.g. the port is taken
+        print(f"voice-server sidecar caller: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+
+
+async def _main(args: argparse.Namespace) -> int:
+    from .http import CallerHTTPServer
+    from .mcp_tools import build_mcp_server
+    from .providers import build_runtimes
+    from .service import CallerService
+
+    options = CallerOptions.from_env(
+        host=args.host, port=args.port, rate_limit_max=args.rate_limit_max,
+        rate_limit_interval_ms=args.rate_limit_interval_ms, retry_attempts=args.retry_attempts)
+    if args.client_registry:
+        registry = load_client_registry(args.client_registry)
+    elif args.token:
+        registry = ClientRegistry.single(args.token)
+    elif args.stdio:
+        registry = ClientRegistry([])
+    else:
+        raise CallerConfigError("HTTP mode needs --client-registry FILE or --token TOKEN")
+    entries = load_providers(args.providers) if args.providers else None
+    settings = load_settings(args.config)
+    with ThreadPoolExecutor(max_workers=settings.compute_workers,
+                            thread_name_prefix="llm-caller") as executor:
+        runtimes = build_runtimes(entries, settings, executor=executor)
+        async with CallerService(runtimes, registry=registry, options=options) as service:
+            if args.stdio:
+                from mcp.server.stdio import stdio_server
+
+                server = build_mcp_server(service, stdio_token=args.token)
+                async with stdio_server() as (read, write):
+                    await server.run(read, write, server.create_initialization_options())
+                return 0
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+            server = build_mcp_server(service)
+            async with CallerHTTPServer(service, server, host=options.host,
+                                        port=options.port) as http:
+                log.info("LLM caller on %s (REST /mcp/..., MCP /mcp)", http.url)
+                await http.serve_until(stop)
+            log.info("LLM caller stopped")
+    return 0

@@ -1,0 +1,200 @@
+"""Configuration of the caller in the origin's file formats, plus its own options.
+
+Spec: specs/sidecar-llm-caller-mcp.md, "Dependencies and contracts" (client registry, provider
+catalog). File formats (notes 3.2): ``{"clients": [{"toolId", "token", "allowedMethods"}]}``
+and ``{"providers": {KEY: {"baseUrl", "defaultModel", "capabilities", "defaults", "scores",
+"notes"}}}``. Our additions to a provider entry: ``"kind": "local"`` (the embedded chat model and
+the offline embedding model; no ``baseUrl``), ``apiKeyEnv`` (the variable holding the key) and
+``modelPath`` (a GGUF file for ``kind: local``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import CallerError
+
+__all__ = [
+    "CAPABILITIES",
+    "METHODS",
+    "CallerConfigError",
+    "CallerOptions",
+    "ClientEntry",
+    "ClientRegistry",
+    "ProviderEntry",
+    "load_client_registry",
+    "load_providers",
+]
+
+METHODS = ("chat", "chatStream", "embed", "getHealth", "models")
+CAPABILITIES = ("chat", "chatStream", "embed")
+
+
+class CallerConfigError(CallerError):
+    """A registry or providers file is unreadable or invalid (raised at start-up)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(500, "CONFIG", message)
+
+
+class _ClientModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    toolId: str = Field(min_length=1)  # noqa: N815 - the origin's file format
+    token: str = Field(min_length=1)
+    allowedMethods: list[Literal["chat", "chatStream", "embed", "getHealth", "models"]] = Field(  # noqa: N815
+        min_length=1)
+
+
+class _RegistryModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    schema_: str | None = Field(None, alias="$schema")
+    description: str | None = None
+    clients: list[_ClientModel]
+
+
+class ProviderEntry(BaseModel):
+    """One provider of the catalog (origin fields plus ``kind``, ``apiKeyEnv``, ``modelPath``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["openai", "local"] = "openai"
+    baseUrl: str | None = Field(None, min_length=1)  # noqa: N815
+    defaultModel: str | None = Field(None, min_length=1)  # noqa: N815
+    capabilities: list[str] = Field(default_factory=lambda: list(CAPABILITIES), min_length=1)
+    defaults: dict[str, str] = Field(default_factory=dict)
+    scores: dict[str, float] = Field(default_factory=dict)
+    notes: str | None = None
+    apiKeyEnv: str | None = None  # noqa: N815
+    modelPath: str | None = None  # noqa: N815
+
+    @model_validator(mode="after")
+    def _check(self) -> ProviderEntry:
+        if self.kind == "openai" and (not self.baseUrl or not self.defaultModel):
+            raise ValueError("a provider needs baseUrl and defaultModel (or \"kind\": \"local\")")
+        if len(set(self.capabilities)) != len(self.capabilities):
+            raise ValueError("capabilities must be unique")
+        return self
+
+
+class _ProvidersModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    schema_: str | None = Field(None, alias="$schema")
+    description: str | None = None
+    providers: dict[str, ProviderEntry] = Field(min_length=1)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientEntry:
+    """An authenticated caller: its tool id and the methods it may call."""
+
+    tool_id: str
+    token_hash: str
+    allowed_methods: frozenset[str]
+
+    def may(self, method: str) -> bool:
+        return method in self.allowed_methods
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class ClientRegistry:
+    """Token -> client. Tokens are kept only as SHA-256 digests."""
+
+    def __init__(self, clients: list[tuple[str, str, list[str]]]) -> None:
+        self._by_hash: dict[str, ClientEntry] = {}
+        for tool_id, token, methods in clients:
+            digest = _hash(token)
+            self._by_hash[digest] = ClientEntry(tool_id, digest, frozenset(methods))
+
+    @classmethod
+    def single(cls, token: str, tool_id: str = "default") -> ClientRegistry:
+        """One client allowed every method (``--token`` / ``LLM_CALLER_TOKEN``)."""
+        return cls([(tool_id, token, list(METHODS))])
+
+    def __len__(self) -> int:
+        return len(self._by_hash)
+
+    def lookup(self, token: str | None) -> ClientEntry | None:
+        return self._by_hash.get(_hash(token)) if token else None
+
+
+def _read_json(path: str | Path, what: str) -> Any:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CallerConfigError(f"cannot read {what} {path}: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise CallerConfigError(f"{what} {path} is not JSON: {exc}") from exc
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"])
+    return f"{where}: {err['msg']}" if where else err["msg"]
+
+
+def load_client_registry(path: str | Path) -> ClientRegistry:
+    """Read the origin's ``client-registry.json``."""
+    try:
+        doc = _RegistryModel.model_validate(_read_json(path, "client registry"))
+    except ValidationError as exc:
+        raise CallerConfigError(f"client registry {path}: {_first_error(exc)}") from exc
+    return ClientRegistry([(c.toolId, c.token, list(c.allowedMethods)) for c in doc.clients])
+
+
+def parse_providers(data: Any, source: str = "providers") -> dict[str, ProviderEntry]:
+    try:
+        return dict(_ProvidersModel.model_validate(data).providers)
+    except ValidationError as exc:
+        raise CallerConfigError(f"{source}: {_first_error(exc)}") from exc
+
+
+def load_providers(path: str | Path) -> dict[str, ProviderEntry]:
+    """Read the origin's ``providers.json`` (provider order is kept: it breaks routing ties)."""
+    return parse_providers(_read_json(path, "providers file"), str(path))
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    try:
+        return int(value) if value not in (None, "") else default
+    except ValueError as exc:
+        raise CallerConfigError(f"{name} must be an integer") from exc
+
+
+@dataclass(slots=True)
+class CallerOptions:
+    """Runtime options (flags, else the origin's ``LLM_CALLER_*`` variables, else defaults)."""
+
+    host: str = "127.0.0.1"
+    port: int = 4037
+    rate_limit_max: int = 0  # requests per window per client; 0 disables
+    rate_limit_interval_ms: int = 60_000
+    retry_attempts: int = 2  # chat only; counts the first try
+    retry_backoff_s: float = 0.1
+    health_timeout_s: float = 3.0
+    max_body_bytes: int = 4 * 1024 * 1024
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> CallerOptions:
+        opts = cls(
+            host=os.environ.get("LLM_CALLER_HOST") or "127.0.0.1",
+            port=_env_int("LLM_CALLER_PORT", 4037),
+            rate_limit_max=_env_int("LLM_CALLER_RATE_LIMIT_MAX", 0),
+            rate_limit_interval_ms=_env_int("LLM_CALLER_RATE_LIMIT_INTERVAL_MS", 60_000),
+            retry_attempts=_env_int("LLM_CALLER_RETRY_ATTEMPTS", 2),
+        )
+        for key, value in overrides.items():
+            if value is not None:
+                setattr(opts, key, value)
+        if opts.retry_attempts < 1:
+            raise CallerConfigError("retry attempts must be at least 1")
+        return opts

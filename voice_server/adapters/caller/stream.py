@@ -1,0 +1,102 @@
+"""Server-sent events for ``chatStream`` (sans-I/O): sanitizing, framing, and a parser.
+
+Spec: specs/sidecar-llm-caller-mcp.md, "Response metadata": events are sanitized (control
+characters stripped, payloads truncated to 4,000 chars); on error the final SSE chunk carries
+``{error, message, retryAfterMs}``. The drop rules and the ``[DONE]`` terminator follow the
+origin (notes 3.2, "Sanitizing").
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+__all__ = [
+    "DONE_FRAME",
+    "MAX_CONTENT_UNITS",
+    "SSEDecoder",
+    "encode_event",
+    "sanitize_event",
+    "sanitize_text",
+]
+
+MAX_CONTENT_UNITS = 4000  # UTF-16 code units, like the origin's JavaScript string length
+DONE_FRAME = b"data: [DONE]\n\n"
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def _truncate_utf16(text: str, limit: int) -> str:
+    if len(text) <= limit // 2:  # fast path: cannot exceed the limit
+        return text
+    data = text.encode("utf-16-le")
+    if len(data) <= limit * 2:
+        return text
+    return data[: limit * 2].decode("utf-16-le", errors="ignore")
+
+
+def sanitize_text(text: str) -> str | None:
+    """Strip control characters and truncate; ``None`` when the text must be dropped.
+
+    Dropped: empty after stripping, or at least 20% control characters (binary noise).
+    """
+    if not text:
+        return None
+    cleaned, removed = _CONTROL.subn("", text)
+    if not cleaned or removed * 5 >= len(text):
+        return None
+    return _truncate_utf16(cleaned, MAX_CONTENT_UNITS)
+
+
+def sanitize_event(event: dict[str, Any]) -> dict[str, Any] | None:
+    """Sanitize one ``delta``/``completion`` event; ``None`` means drop it (e.g. role-only)."""
+    if event.get("type") == "delta":
+        content = (event.get("delta") or {}).get("content")
+        cleaned = sanitize_text(content) if isinstance(content, str) else None
+        if cleaned is None:
+            return None
+        return {**event, "delta": {**event["delta"], "content": cleaned}}
+    if event.get("type") == "completion":
+        payload = event.get("payload") or {}
+        content = (payload.get("message") or {}).get("content")
+        cleaned = sanitize_text(content) if isinstance(content, str) else None
+        if cleaned is None:
+            return None
+        message = {**payload["message"], "content": cleaned}
+        return {**event, "payload": {**payload, "message": message}}
+    return None
+
+
+def encode_event(obj: dict[str, Any]) -> bytes:
+    """One SSE frame: ``data: <compact JSON>\\n\\n`` (JSON never contains a raw newline)."""
+    return b"data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() \
+        + b"\n\n"
+
+
+class SSEDecoder:
+    """Incremental SSE parser: ``feed(bytes) -> [data strings]`` (multi-line data joined by
+    newlines, comments and other fields ignored); refuses a line longer than ``max_line``."""
+
+    def __init__(self, *, max_line: int = 1 << 20) -> None:
+        self._buffer = b""
+        self._data: list[str] = []
+        self._max_line = max_line
+
+    def feed(self, chunk: bytes) -> list[str]:
+        self._buffer += chunk
+        out: list[str] = []
+        while True:
+            cut = self._buffer.find(b"\n")
+            if cut < 0:
+                if len(self._buffer) > self._max_line:
+                    raise ValueError("SSE line too long")
+                return out
+            line, self._buffer = self._buffer[:cut].rstrip(b"\r"), self._buffer[cut + 1:]
+            if not line:
+                if self._data:
+                    out.append("\n".join(self._data))
+                    self._data = []
+                continue
+            name, _, value = line.partition(b":")
+            if name == b"data":
+                self._data.append(value.removeprefix(b" ").decode("utf-8"))

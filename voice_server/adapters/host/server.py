@@ -1,0 +1,314 @@
+"""The NDJSON host: serves the ``llm/`` layer over any byte stream (TCP, Unix socket, a bridge).
+
+Behaviour follows the spec's requirements and, where it is silent, the origin's relay (notes
+2.3): ``server_info`` on connect (``busy`` while the gate is full); ``chat_start`` streams
+``chat_chunk``s then ``chat_end{stop}``; ``abort`` of this connection's active request cancels
+it and answers ``chat_end{abort}`` (anything else: no reply); failures are one ``error`` with
+the request id instead of a ``chat_end``; a disconnect cancels the generation silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import stat
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ...llm import (
+    ChatRequest,
+    LLMAuthError,
+    LLMBadRequest,
+    LLMError,
+    LLMRateLimited,
+    LLMRouter,
+    LLMTimeout,
+    LLMUnavailable,
+    ModelNotFound,
+)
+from . import messages as m
+from .codec import MAX_LINE_BYTES, LineDecoder, encode
+from .errors import LineTooLong, ProtocolViolation
+
+__all__ = ["HostOptions", "HostServer", "map_generation_error"]
+
+log = logging.getLogger(__name__)
+
+
+class HostOptions(BaseModel):
+    """Adapter options: identity, limits (spec defaults) and sampling."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host_name: str = Field(default_factory=socket.gethostname)
+    model: str | None = Field(None, description="LLM-layer model spec (None: the default)")
+    max_clients: int = Field(m.MAX_CLIENTS, ge=1)
+    concurrency: int = Field(1, ge=1, description="generations at once across all clients")
+    no_chunk_timeout_s: float = Field(m.CLIENT_TIMEOUT_S, gt=0)
+    max_prompt_bytes: int = Field(m.MAX_PROMPT_BYTES, ge=1)
+    max_line_bytes: int = Field(MAX_LINE_BYTES, ge=1024)
+    write_timeout_s: float = Field(5.0, gt=0)
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    system_prompt: str | None = None
+
+
+def map_generation_error(exc: BaseException, timeout_s: float) -> tuple[str, str]:
+    """``(code, message)`` for a failed generation: the origin's table (notes 2.3) mapped from
+    the LLM layer's error tree; unknown exceptions never leak their text."""
+    if isinstance(exc, TimeoutError | LLMTimeout):
+        return m.ErrorCode.TIMEOUT_NO_RESPONSE, \
+            f"No response from model for {timeout_s:g} seconds"
+    if isinstance(exc, ModelNotFound):
+        return m.ErrorCode.OLLAMA_MODEL_NOT_AVAILABLE, f"Model not available: {exc}"
+    if isinstance(exc, LLMUnavailable):
+        if exc.status is None:
+            return m.ErrorCode.OLLAMA_NOT_FOUND, "Cannot connect to the model (not running?)"
+        return m.ErrorCode.GENERATION_FAILED, f"Model server error: {exc}"
+    if isinstance(exc, LLMBadRequest | LLMAuthError | LLMRateLimited):
+        return m.ErrorCode.GENERATION_FAILED, f"Invalid request: {exc}"
+    if isinstance(exc, LLMError):
+        return m.ErrorCode.GENERATION_FAILED, str(exc) or "Unknown error during generation"
+    return m.ErrorCode.GENERATION_FAILED, "Unknown error during generation"
+
+
+class _Connection:
+    """One peer: a read loop plus at most one generation task."""
+
+    def __init__(self, host: HostServer, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter) -> None:
+        self.host = host
+        self.options = host.options
+        self.reader = reader
+        self.writer = writer
+        self.active: tuple[str, asyncio.Task[None]] | None = None
+        self._send_lock = asyncio.Lock()
+        self._closed = False
+
+    async def send(self, message: dict[str, Any]) -> None:
+        """Every write goes through here: one at a time, drained, with a deadline."""
+        if self._closed:
+            raise ConnectionResetError("connection closed")
+        async with self._send_lock:
+            self.writer.write(encode(message))
+            try:
+                async with asyncio.timeout(self.options.write_timeout_s):
+                    await self.writer.drain()
+            except TimeoutError:
+                self._closed = True
+                self.writer.transport.abort()
+                raise ConnectionResetError("peer did not read within the write timeout") \
+                    from None
+
+    async def run(self) -> None:
+        try:
+            await self.send(m.server_info(self.options.host_name, self.host.model_name,
+                                          "busy" if self.host.busy else "ready"))
+            decoder = LineDecoder(max_line_bytes=self.options.max_line_bytes)
+            while data := await self.reader.read(65536):
+                try:
+                    values = decoder.feed(data)
+                except LineTooLong as exc:
+                    await self.send(m.error(exc.code, exc.message))
+                    return
+                for value in values:
+                    await self.dispatch(value)
+        except ConnectionError as exc:
+            log.debug("host connection ended: %s", exc)
+        finally:
+            self._closed = True
+            await self.cancel_active()
+
+    async def dispatch(self, value: Any) -> None:
+        try:
+            message = m.validate(value)
+        except ProtocolViolation as exc:
+            await self.send(m.error(exc.code, exc.message))
+            return
+        if message.type == "chat_start":
+            await self.chat_start(message)
+        elif message.type == "abort":
+            await self.abort(message)
+        else:
+            log.debug("host ignores a %s message from a client", message.type)
+
+    async def chat_start(self, message: m.Message) -> None:
+        rid = message.request_id
+        assert rid is not None  # validate() guarantees it for chat_start
+        prompt = message.payload["prompt"]
+        if len(prompt.encode("utf-8", "surrogatepass")) > self.options.max_prompt_bytes:
+            size = f"{self.options.max_prompt_bytes / 1024:g} KB"
+            await self.send(m.error(m.ErrorCode.BAD_MESSAGE,
+                                    f"Prompt exceeds maximum size of {size}", rid))
+            return
+        if self.active is not None or not self.host.try_acquire():
+            await self.send(m.error(m.ErrorCode.MODEL_BUSY, "Host is processing another "
+                                    "request", rid))
+            return
+        task = asyncio.create_task(self.generate(rid, prompt), name=f"host-generate-{rid}")
+        self.active = (rid, task)
+        self.host.generations.add(task)
+        task.add_done_callback(self.host.generations.discard)
+
+    async def abort(self, message: m.Message) -> None:
+        if self.active is None or self.active[0] != message.request_id:
+            return  # unknown, finished or another connection's request: no reply (notes 2.3)
+        task = self.active[1]
+        task.cancel()
+        await asyncio.wait([task])
+        if task.cancelled():
+            await self.send(m.chat_end(message.request_id, "abort"))
+
+    async def cancel_active(self) -> None:
+        if self.active is not None:
+            task = self.active[1]
+            task.cancel()
+            await asyncio.wait([task])
+
+    def _request(self, prompt: str) -> ChatRequest:
+        messages = [{"role": "user", "content": prompt}]
+        if self.options.system_prompt:
+            messages.insert(0, {"role": "system", "content": self.options.system_prompt})
+        return ChatRequest(messages=messages, model=self.options.model,
+                           max_tokens=self.options.max_tokens,
+                           temperature=self.options.temperature)
+
+    async def generate(self, rid: str, prompt: str) -> None:
+        timeout_s = self.options.no_chunk_timeout_s
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout_s) as deadline:
+                async with contextlib.aclosing(
+                        self.host.router.stream(self._request(prompt))) as events:
+                    async for event in events:
+                        deadline.reschedule(loop.time() + timeout_s)
+                        if event.text:
+                            await self.send(m.chat_chunk(rid, event.text))
+                        if event.done:
+                            break
+            await self.send(m.chat_end(rid, "stop"))
+        except ConnectionError:
+            pass
+        except Exception as exc:
+            if not isinstance(exc, LLMError | TimeoutError):
+                log.exception("generation %s failed", rid)
+            code, text = map_generation_error(exc, timeout_s)
+            with contextlib.suppress(ConnectionError):
+                await self.send(m.error(code, text, rid))
+        finally:
+            self.host.release()
+            if self.active is not None and self.active[0] == rid:
+                self.active = None
+
+
+class HostServer:
+    """``async with HostServer(router, options, port=0, unix_path=None) as host: host.port``.
+
+    ``port=None`` disables TCP; ``unix_path`` adds a Unix socket. ``serve_stream`` serves any
+    other byte stream (a bridge, a pipe).
+    """
+
+    def __init__(self, router: LLMRouter, options: HostOptions | None = None, *,
+                 host: str = "127.0.0.1", port: int | None = 0,
+                 unix_path: str | os.PathLike[str] | None = None) -> None:
+        self.router = router
+        self.options = options or HostOptions()
+        self.host = host
+        self.port = port
+        self.unix_path = os.fspath(unix_path) if unix_path is not None else None
+        self.model_name = router.resolve(self.options.model)[1]
+        self.generations: set[asyncio.Task[None]] = set()
+        self._servers: list[asyncio.Server] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._active = 0
+        self._count = 0
+
+    @property
+    def clients(self) -> int:
+        return len(self._tasks)
+
+    @property
+    def connection_tasks(self) -> frozenset[asyncio.Task[None]]:
+        """The running connection tasks (await them to see a peer fully handled)."""
+        return frozenset(self._tasks)
+
+    @property
+    def busy(self) -> bool:
+        return self._active >= self.options.concurrency
+
+    def try_acquire(self) -> bool:
+        """Take a generation slot if one is free (never waits: a full gate is MODEL_BUSY)."""
+        if self.busy:
+            return False
+        self._active += 1
+        return True
+
+    def release(self) -> None:
+        self._active -= 1
+
+    async def start(self) -> None:
+        if self.port is not None:
+            server = await asyncio.start_server(self._accept, self.host, self.port)
+            self._servers.append(server)
+            self.port = server.sockets[0].getsockname()[1]
+            log.info("host listening on %s:%d", self.host, self.port)
+        if self.unix_path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                if stat.S_ISSOCK(os.stat(self.unix_path).st_mode):
+                    os.unlink(self.unix_path)  # a stale socket from an earlier run
+            self._servers.append(await asyncio.start_unix_server(self._accept, self.unix_path))
+            log.info("host listening on unix:%s", self.unix_path)
+
+    async def close(self) -> None:
+        """Stop listening, cancel every connection and generation; safe to call twice."""
+        servers, self._servers = self._servers, []
+        for server in servers:
+            server.close()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5.0)
+        if servers and self.unix_path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.unix_path)
+
+    async def __aenter__(self) -> HostServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # Run the connection in our own named task so close() can cancel it cleanly.
+        self._count += 1
+        task = asyncio.create_task(self.serve_stream(reader, writer),
+                                   name=f"host-conn-{self._count}")
+        await asyncio.wait([task])
+        writer.close()
+
+    async def serve_stream(self, reader: asyncio.StreamReader,
+                           writer: asyncio.StreamWriter) -> None:
+        """Serve one peer on any byte stream until it closes; the writer is closed after."""
+        task = asyncio.current_task()
+        try:
+            if self.clients >= self.options.max_clients:
+                writer.write(encode(m.error(m.ErrorCode.CONNECT_FAILED, "Max clients reached")))
+                with contextlib.suppress(ConnectionError, TimeoutError):
+                    async with asyncio.timeout(self.options.write_timeout_s):
+                        await writer.drain()
+                return
+            if task is not None:
+                self._tasks.add(task)
+            await _Connection(self, reader, writer).run()
+        finally:
+            if task is not None:
+                self._tasks.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1.0)

@@ -1,0 +1,58 @@
+"""The host as one unit: TCP and/or Unix socket, optionally announced on Hyperswarm.
+
+Used by ``voice-server sidecar host`` and by ``adapters.launch`` (sidecars started beside the
+voice server from config).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ...llm import LLMRouter
+from .server import HostOptions, HostServer
+
+__all__ = ["HostSidecarConfig", "run_sidecar"]
+
+
+class HostSidecarConfig(BaseModel):
+    """Where the host listens, its Hyperswarm announcement, and its adapter options."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int | None = Field(0, ge=0, le=65535, description="TCP port (0: a free one; "
+                                                            "None: no TCP)")
+    unix_path: str | None = None
+    swarm_key: str | None = Field(None, description="announce on Hyperswarm under this key")
+    swarm_bootstrap: str | None = None
+    swarm_direct: bool = False
+    options: HostOptions = Field(default_factory=HostOptions)
+
+
+@contextlib.asynccontextmanager
+async def run_sidecar(router: LLMRouter, config: HostSidecarConfig | Mapping[str, Any]
+                      ) -> AsyncIterator[dict[str, str]]:
+    """Serve until the block exits; yields ``model`` and the addresses."""
+    config = HostSidecarConfig.model_validate(config)
+    async with contextlib.AsyncExitStack() as stack:
+        server = await stack.enter_async_context(HostServer(
+            router, config.options, host=config.host, port=config.port,
+            unix_path=config.unix_path))
+        ready = {"model": server.model_name}
+        if server.port is not None:
+            ready["tcp"] = f"{config.host}:{server.port}"
+        if config.unix_path:
+            ready["unix"] = config.unix_path
+        if config.swarm_key:
+            from .swarm import SwarmAnnouncer
+
+            tcp = (config.host, server.port) if server.port is not None else None
+            announcer = await stack.enter_async_context(SwarmAnnouncer(
+                config.swarm_key, tcp=tcp, unix_path=None if tcp else config.unix_path,
+                bootstrap=config.swarm_bootstrap, direct=config.swarm_direct))
+            ready["server_id"] = announcer.server_id or ""
+        yield ready

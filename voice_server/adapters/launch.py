@@ -1,0 +1,47 @@
+"""Start sidecars beside the voice server from config.
+
+``config`` maps a sidecar name to its options, e.g. ``{"broker": {"port": 8790, "http_port":
+8791}, "host": {"port": 8792}}``; every sidecar shares the server's ``LLMRouter``. Each module
+in ``_RUNNERS`` exposes ``run_sidecar(router, config)``, an async context manager yielding its
+addresses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..config import ConfigError
+from ..llm import LLMRouter
+
+__all__ = ["launch_sidecars"]
+
+# One line per sidecar adapter that can run beside the voice server.
+_RUNNERS: dict[str, str] = {
+    "broker": "voice_server.adapters.broker.sidecar",
+    "host": "voice_server.adapters.host.sidecar",
+}
+
+
+@contextlib.asynccontextmanager
+async def launch_sidecars(router: LLMRouter, config: Mapping[str, Mapping[str, Any]] | None
+                          ) -> AsyncIterator[dict[str, dict[str, str]]]:
+    """Run the configured sidecars until the block exits; yields their addresses by name."""
+    config = dict(config or {})
+    unknown = sorted(set(config) - set(_RUNNERS))
+    if unknown:
+        raise ConfigError(f"unknown sidecars {unknown}; known: {sorted(_RUNNERS)}")
+    async with contextlib.AsyncExitStack() as stack:
+        ready: dict[str, dict[str, str]] = {}
+        for name, options in config.items():
+            runner = importlib.import_module(_RUNNERS[name]).run_sidecar
+            try:
+                context = runner(router, options or {})
+                ready[name] = await stack.enter_async_context(context)
+            except ValidationError as exc:
+                raise ConfigError(f"sidecar {name!r}: {exc}") from exc
+        yield ready

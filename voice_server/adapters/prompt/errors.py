@@ -1,0 +1,130 @@
+"""One exception tree for the prompt service; every error carries its Connect code.
+
+The codes and their HTTP and gRPC equivalents follow the Connect protocol (notes 5.2) with the
+choices of the spec's origin review (notes 4.6 #3): a missing ``tool_name`` is
+``invalid_argument``, an unknown tool or secret is ``not_found``, the rest is mapped from the
+``llm/`` error tree. Messages are ours: a driver's or provider's own text never reaches a client.
+"""
+
+from __future__ import annotations
+
+from ...llm.errors import (
+    LLMAuthError,
+    LLMBadRequest,
+    LLMError,
+    LLMRateLimited,
+    LLMTimeout,
+    LLMUnavailable,
+    ModelNotFound,
+)
+
+__all__ = [
+    "CONNECT_HTTP_STATUS",
+    "GRPC_STATUS",
+    "InvalidArgument",
+    "PromptError",
+    "ProviderConfigError",
+    "SecretNotFound",
+    "StoreError",
+    "ToolNotFound",
+    "from_llm_error",
+]
+
+# Connect code -> HTTP status (connectrpc protocol, "Error Codes").
+CONNECT_HTTP_STATUS: dict[str, int] = {
+    "canceled": 499, "unknown": 500, "invalid_argument": 400, "deadline_exceeded": 504,
+    "not_found": 404, "already_exists": 409, "permission_denied": 403,
+    "resource_exhausted": 429, "failed_precondition": 400, "aborted": 409, "out_of_range": 400,
+    "unimplemented": 501, "internal": 500, "unavailable": 503, "data_loss": 500,
+    "unauthenticated": 401,
+}
+
+# Connect code -> gRPC status number (grpc doc/statuscodes.md).
+GRPC_STATUS: dict[str, int] = {
+    "canceled": 1, "unknown": 2, "invalid_argument": 3, "deadline_exceeded": 4, "not_found": 5,
+    "already_exists": 6, "permission_denied": 7, "resource_exhausted": 8,
+    "failed_precondition": 9, "aborted": 10, "out_of_range": 11, "unimplemented": 12,
+    "internal": 13, "unavailable": 14, "data_loss": 15, "unauthenticated": 16,
+}
+
+
+class PromptError(Exception):
+    """Root of the prompt service's errors. ``code`` is a Connect code; ``str(err)`` is safe to
+    show to a client."""
+
+    code = "internal"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            if code not in CONNECT_HTTP_STATUS:
+                raise ValueError(f"unknown Connect code {code!r}")
+            self.code = code
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+    @property
+    def http_status(self) -> int:
+        return CONNECT_HTTP_STATUS[self.code]
+
+    @property
+    def grpc_status(self) -> int:
+        return GRPC_STATUS[self.code]
+
+
+class InvalidArgument(PromptError):
+    """The request is malformed: bad JSON, wrong field types, no ``tool_name``."""
+
+    code = "invalid_argument"
+
+
+class ToolNotFound(PromptError):
+    """No tool configuration has that name (spec: ``tool_not_found``)."""
+
+    code = "not_found"
+    openai_code = "tool_not_found"
+
+    def __init__(self, message: str = "tool not found") -> None:
+        super().__init__(message)
+
+
+class SecretNotFound(PromptError):
+    """The tool's API-key secret reference does not resolve in the vault."""
+
+    code = "not_found"
+
+    def __init__(self, message: str = "secret not found") -> None:
+        super().__init__(message)
+
+
+class ProviderConfigError(PromptError):
+    """The tool configuration cannot build an LLM (unsupported provider, missing model)."""
+
+    code = "internal"
+
+
+class StoreError(PromptError):
+    """The tool store cannot be reached or refused the operation (driver text is logged only)."""
+
+    code = "unavailable"
+
+
+def from_llm_error(exc: LLMError) -> PromptError:
+    """Map the ``llm/`` taxonomy to a client-safe error (the provider's text is not copied)."""
+    if isinstance(exc, LLMTimeout):
+        return PromptError("the model did not answer in time", code="deadline_exceeded")
+    if isinstance(exc, LLMRateLimited):
+        return PromptError("the model provider is rate limiting requests",
+                           code="resource_exhausted")
+    if isinstance(exc, LLMUnavailable):
+        return PromptError("the model provider is unavailable", code="unavailable")
+    if isinstance(exc, LLMAuthError):
+        return PromptError("the model provider rejected the tool's credentials",
+                           code="failed_precondition")
+    if isinstance(exc, ModelNotFound):
+        return PromptError("model not found", code="not_found")
+    if isinstance(exc, LLMBadRequest):
+        return PromptError("the model provider rejected the request", code="invalid_argument")
+    return PromptError("the model call failed", code="internal")

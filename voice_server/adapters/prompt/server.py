@@ -1,0 +1,165 @@
+"""The prompt sidecar's servers: Connect JSON over HTTP and gRPC-JSON on a second port.
+
+Spec: specs/sidecar-prompt-service.md "gRPC (JSON) Flow" and "Health & Readiness"; notes
+4.3-4.6 and 5.2. The origin sniffs gRPC and HTTP/1.1 on one port; Python cannot share a port
+between ``grpcio`` and an HTTP server, so gRPC gets its own (notes 4.6 #7). Both are thin: the
+codec decides every byte, ``PromptService`` does the work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import grpc
+from aiohttp import web
+
+from .codec import (
+    MAX_MESSAGE_BYTES,
+    connect_error,
+    connect_mode,
+    connect_success,
+    encode_json,
+    parse_run_request,
+)
+from .errors import InvalidArgument, PromptError
+from .service import PromptService
+
+__all__ = ["DEFAULT_GRPC_PORT", "DEFAULT_PORT", "RUN_PATH", "PromptSidecar"]
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "prompt.v1.PromptService"
+RUN_PATH = f"/{SERVICE_NAME}/Run"
+DEFAULT_PORT = 53051  # the origin's port (notes 4.1)
+DEFAULT_GRPC_PORT = 53052
+
+
+def _connect_timeout(value: str | None) -> float | None:
+    """``Connect-Timeout-Ms`` (Connect protocol): up to 10 digits of milliseconds."""
+    if value is None:
+        return None
+    if not value.isdigit() or len(value) > 10:
+        raise InvalidArgument("invalid Connect-Timeout-Ms header")
+    return int(value) / 1000.0
+
+
+class PromptSidecar:
+    """``async with PromptSidecar(service, port=0, grpc_port=0) as sidecar:`` serves both
+    protocols on ``host``; ``sidecar.port`` and ``sidecar.grpc_port`` are the bound ports.
+    ``grpc_port=None`` leaves gRPC off."""
+
+    def __init__(self, service: PromptService, *, host: str = "127.0.0.1",
+                 port: int = DEFAULT_PORT, grpc_port: int | None = DEFAULT_GRPC_PORT) -> None:
+        self.service = service
+        self.host = host
+        self.port = port
+        self.grpc_port = grpc_port
+        self._runner: web.AppRunner | None = None
+        self._grpc: grpc.aio.Server | None = None
+
+    async def __aenter__(self) -> PromptSidecar:
+        try:
+            await self._start_http()
+            if self.grpc_port is not None:
+                await self._start_grpc()
+        except BaseException:
+            await self.aclose()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop both servers (idempotent)."""
+        server, self._grpc = self._grpc, None
+        if server is not None:
+            await server.stop(grace=1.0)
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    # HTTP: /health and Connect --------------------------------------------------------------
+    async def _start_http(self) -> None:
+        app = web.Application(client_max_size=MAX_MESSAGE_BYTES)
+        app.router.add_get("/health", self._health, allow_head=False)
+        app.router.add_route("*", RUN_PATH, self._connect_run)
+        app.router.add_route("*", "/{tail:.*}", self._not_found)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(body=b'{"status":"ok"}', content_type="application/json")
+
+    async def _not_found(self, request: web.Request) -> web.Response:
+        # notes 4.5 check 6: wrong path or method -> Go's plain-text 404
+        return web.Response(status=404, text="404 page not found\n")
+
+    async def _connect_run(self, request: web.Request) -> web.Response:
+        """``POST /prompt.v1.PromptService/Run`` (notes 4.3 and 4.6 #1)."""
+        if request.method != "POST":
+            return await self._not_found(request)
+        mode = connect_mode(request.headers.get("Content-Type"))
+        try:
+            if mode == "unsupported":
+                raise InvalidArgument("unsupported codec")
+            timeout = _connect_timeout(request.headers.get("Connect-Timeout-Ms"))
+            try:
+                body = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                raise InvalidArgument("request body too large") from None
+            run = parse_run_request(body)
+            try:
+                async with asyncio.timeout(timeout):
+                    response = await self.service.run(run)
+            except TimeoutError:
+                raise PromptError("the deadline expired", code="deadline_exceeded") from None
+            status, headers, payload = connect_success(mode, response)
+        except PromptError as exc:
+            status, headers, payload = connect_error(mode, exc)
+        except Exception:
+            log.exception("prompt Run failed")
+            status, headers, payload = connect_error(mode, PromptError("internal error"))
+        return web.Response(status=status, headers=headers, body=payload)
+
+    # gRPC with a JSON codec -----------------------------------------------------------------
+    async def _start_grpc(self) -> None:
+        handler = grpc.method_handlers_generic_handler(SERVICE_NAME, {
+            # no (de)serializers: the handler sees and returns the raw JSON bytes
+            "Run": grpc.unary_unary_rpc_method_handler(self._grpc_run),
+        })
+        options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                   ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                   ("grpc.so_reuseport", 0)]
+        self._grpc = grpc.aio.server(handlers=[handler], options=options)
+        self.grpc_port = self._grpc.add_insecure_port(f"{self.host}:{self.grpc_port}")
+        if not self.grpc_port:
+            raise OSError(f"cannot bind the gRPC port on {self.host}")
+        await self._grpc.start()
+
+    async def _grpc_run(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        """Unary ``Run`` (notes 4.4): JSON in, JSON out; errors -> status numbers of 4.6 #3."""
+        error: PromptError
+        try:
+            run = parse_run_request(request)
+            remaining = context.time_remaining()
+            try:
+                async with asyncio.timeout(remaining):
+                    return encode_json(await self.service.run(run))
+            except TimeoutError:
+                error = PromptError("the deadline expired", code="deadline_exceeded")
+        except PromptError as exc:
+            error = exc
+        except Exception:
+            log.exception("prompt Run (gRPC) failed")
+            error = PromptError("internal error")
+        await context.abort(_grpc_code(error), error.message)
+        raise AssertionError("unreachable")  # pragma: no cover - abort raises
+
+
+def _grpc_code(error: PromptError) -> grpc.StatusCode:
+    return grpc.StatusCode[error.code.upper()]

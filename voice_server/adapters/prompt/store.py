@@ -1,0 +1,330 @@
+"""Tool-configuration store: SQLite by default, PostgreSQL when a DSN is given.
+
+Spec: specs/sidecar-prompt-service.md "Key Components" (``ToolDAO``: provider, model, base URL,
+API key reference, defaults, settings). Both back ends run the same migrations (portable SQL,
+``?`` placeholders rewritten to ``$n`` for PostgreSQL) and the same queries; driver errors are
+logged and surface as ``StoreError`` with a generic message.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .errors import StoreError, ToolNotFound
+
+__all__ = [
+    "MIGRATIONS",
+    "PostgresToolStore",
+    "SQLiteToolStore",
+    "ToolConfig",
+    "ToolStore",
+    "default_data_dir",
+    "is_postgres_dsn",
+    "open_store",
+]
+
+log = logging.getLogger(__name__)
+
+SQLITE_FILE_NAME = "prompt-tools.sqlite3"
+
+# (version, statements). Never edit a released entry: append a new one.
+MIGRATIONS: list[tuple[int, list[str]]] = [
+    (1, [
+        """CREATE TABLE prompt_tools (
+            name TEXT PRIMARY KEY,
+            provider TEXT NOT NULL,
+            model TEXT,
+            base_url TEXT,
+            api_key_secret TEXT,
+            temperature DOUBLE PRECISION,
+            max_output_tokens INTEGER,
+            settings TEXT NOT NULL DEFAULT '{}',
+            created_at BIGINT NOT NULL,
+            updated_at BIGINT NOT NULL
+        )""",
+    ]),
+]
+
+_COLUMNS = ("name", "provider", "model", "base_url", "api_key_secret", "temperature",
+            "max_output_tokens", "settings", "created_at", "updated_at")
+_SELECT = f"SELECT {', '.join(_COLUMNS)} FROM prompt_tools"
+_UPSERT = (
+    f"INSERT INTO prompt_tools ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))}) "
+    "ON CONFLICT (name) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS if c not in ("name", "created_at"))
+)
+
+
+class ToolConfig(BaseModel):
+    """One tool: which LLM serves it and with which defaults."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200)
+    provider: str = Field(min_length=1, max_length=40)
+    model: str | None = None
+    base_url: str | None = None
+    api_key_secret: str | None = None
+    temperature: float | None = Field(None, ge=0, le=2)
+    max_output_tokens: int | None = Field(None, ge=1, lt=2**31)
+    settings: dict[str, Any] = Field(default_factory=dict)
+    created_at: int = 0
+    updated_at: int = 0
+
+    @field_validator("name")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        if not value.strip() or any(ord(ch) < 32 for ch in value):
+            raise ValueError("a tool name must be printable and not blank")
+        return value.strip()
+
+    @field_validator("model", "base_url", "api_key_secret")
+    @classmethod
+    def _blank_is_none(cls, value: str | None) -> str | None:
+        return value.strip() or None if value is not None else None
+
+
+def default_data_dir() -> Path:
+    """``$VOICE_SERVER_DATA_DIR``, else ``$XDG_DATA_HOME/voice-server``, else
+    ``~/.local/share/voice-server``."""
+    if os.environ.get("VOICE_SERVER_DATA_DIR"):
+        return Path(os.environ["VOICE_SERVER_DATA_DIR"])
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "voice-server"
+
+
+def is_postgres_dsn(db: str) -> bool:
+    return db.startswith(("postgres://", "postgresql://"))
+
+
+def _row_to_config(row: Any) -> ToolConfig:
+    values = dict(zip(_COLUMNS, tuple(row), strict=True))
+    try:
+        values["settings"] = json.loads(values["settings"] or "{}")
+    except ValueError:
+        values["settings"] = {}
+    return ToolConfig.model_construct(**values)
+
+
+class ToolStore:
+    """The interface (and the shared SQL) of every back end: ``async with store: ...``."""
+
+    _errors: tuple[type[BaseException], ...] = ()
+
+    async def __aenter__(self) -> ToolStore:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # back-end primitives ---------------------------------------------------------------------
+    async def open(self) -> None:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    async def _fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        raise NotImplementedError
+
+    async def _execute(self, sql: str, args: tuple[Any, ...] = ()) -> int:
+        raise NotImplementedError
+
+    # operations ------------------------------------------------------------------------------
+    def _fail(self, what: str, exc: BaseException) -> StoreError:
+        log.warning("tool store: %s failed: %s: %s", what, type(exc).__name__, exc)
+        return StoreError("the tool store is unavailable")
+
+    async def get(self, name: str) -> ToolConfig:
+        """The tool called ``name``; ``ToolNotFound`` when there is none."""
+        try:
+            rows = await self._fetch(_SELECT + " WHERE name = ?", (name,))
+        except self._errors as exc:
+            raise self._fail("get", exc) from exc
+        if not rows:
+            raise ToolNotFound()
+        return _row_to_config(rows[0])
+
+    async def list(self) -> list[ToolConfig]:
+        try:
+            rows = await self._fetch(_SELECT + " ORDER BY name")
+        except self._errors as exc:
+            raise self._fail("list", exc) from exc
+        return [_row_to_config(row) for row in rows]
+
+    async def put(self, config: ToolConfig) -> ToolConfig:
+        """Insert or replace the tool (``created_at`` of an existing one is kept)."""
+        now = int(time.time())
+        stored = config.model_copy(update={"created_at": config.created_at or now,
+                                           "updated_at": now})
+        args = tuple(getattr(stored, c) for c in _COLUMNS)
+        args = tuple(json.dumps(a, sort_keys=True) if isinstance(a, dict) else a for a in args)
+        try:
+            await self._execute(_UPSERT, args)
+        except self._errors as exc:
+            raise self._fail("put", exc) from exc
+        return await self.get(stored.name)
+
+    async def remove(self, name: str) -> bool:
+        """Delete the tool; ``False`` when it did not exist."""
+        try:
+            return await self._execute("DELETE FROM prompt_tools WHERE name = ?", (name,)) > 0
+        except self._errors as exc:
+            raise self._fail("remove", exc) from exc
+
+
+class SQLiteToolStore(ToolStore):
+    """The default store: one SQLite file (WAL mode) opened through ``aiosqlite``."""
+
+    def __init__(self, path: str | Path) -> None:
+        import sqlite3
+
+        self.path = Path(path)
+        self._errors = (sqlite3.Error, OSError, ValueError)
+        self._db: Any = None
+
+    async def open(self) -> None:
+        import aiosqlite
+
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = await aiosqlite.connect(self.path)
+            await self._db.execute("PRAGMA busy_timeout = 5000")
+            await self._db.execute("PRAGMA journal_mode = WAL")
+            await self._migrate()
+        except self._errors as exc:
+            await self.aclose()
+            raise self._fail("open", exc) from exc
+
+    async def _migrate(self) -> None:
+        db = self._db
+        await db.execute("CREATE TABLE IF NOT EXISTS prompt_schema_migrations "
+                         "(version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)")
+        await db.commit()
+        await db.execute("BEGIN IMMEDIATE")
+        try:
+            async with db.execute("SELECT version FROM prompt_schema_migrations") as cur:
+                done = {row[0] for row in await cur.fetchall()}
+            for version, statements in MIGRATIONS:
+                if version in done:
+                    continue
+                for statement in statements:
+                    await db.execute(statement)
+                await db.execute("INSERT INTO prompt_schema_migrations VALUES (?, ?)",
+                                 (version, int(time.time())))
+            await db.commit()
+        except BaseException:
+            await db.rollback()
+            raise
+
+    async def aclose(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            await db.close()
+
+    def _conn(self) -> Any:
+        if self._db is None:
+            raise StoreError("the tool store is not open")
+        return self._db
+
+    async def _fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        async with self._conn().execute(sql, args) as cur:
+            return list(await cur.fetchall())
+
+    async def _execute(self, sql: str, args: tuple[Any, ...] = ()) -> int:
+        db = self._conn()
+        cur = await db.execute(sql, args)
+        await db.commit()
+        return cur.rowcount
+
+
+def _dollar_params(sql: str) -> str:
+    count = 0
+
+    def repl(_: re.Match[str]) -> str:
+        nonlocal count
+        count += 1
+        return f"${count}"
+
+    return re.sub(r"\?", repl, sql)
+
+
+class PostgresToolStore(ToolStore):
+    """The same store on PostgreSQL through an ``asyncpg`` pool."""
+
+    def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 4,
+                 timeout_s: float = 10.0) -> None:
+        import asyncpg
+
+        self.dsn = dsn
+        self._errors = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError,
+                        ValueError)
+        self._pool: Any = None
+        self._sizes = (min_size, max_size)
+        self._timeout_s = timeout_s
+
+    async def open(self) -> None:
+        import asyncpg
+
+        try:
+            self._pool = await asyncpg.create_pool(
+                self.dsn, min_size=self._sizes[0], max_size=self._sizes[1],
+                timeout=self._timeout_s, command_timeout=self._timeout_s)
+            await self._migrate()
+        except self._errors as exc:
+            await self.aclose()
+            raise self._fail("open", exc) from exc
+
+    async def _migrate(self) -> None:
+        async with self._pool.acquire() as conn, conn.transaction():
+            # one migrator at a time across processes
+            await conn.execute("SELECT pg_advisory_xact_lock(8117460)")
+            await conn.execute("CREATE TABLE IF NOT EXISTS prompt_schema_migrations "
+                               "(version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)")
+            done = {r[0] for r in await conn.fetch("SELECT version FROM prompt_schema_migrations")}
+            for version, statements in MIGRATIONS:
+                if version in done:
+                    continue
+                for statement in statements:
+                    await conn.execute(statement)
+                await conn.execute("INSERT INTO prompt_schema_migrations VALUES ($1, $2)",
+                                   version, int(time.time()))
+
+    async def aclose(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    def _conn(self) -> Any:
+        if self._pool is None:
+            raise StoreError("the tool store is not open")
+        return self._pool
+
+    async def _fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        return list(await self._conn().fetch(_dollar_params(sql), *args))
+
+    async def _execute(self, sql: str, args: tuple[Any, ...] = ()) -> int:
+        status = await self._conn().execute(_dollar_params(sql), *args)
+        # asyncpg returns the command tag, e.g. "DELETE 1" or "INSERT 0 1"
+        tail = status.rsplit(" ", 1)[-1]
+        return int(tail) if tail.isdigit() else 0
+
+
+def open_store(db: str | None = None, *, data_dir: str | Path | None = None) -> ToolStore:
+    """A store for ``db``: a ``postgres://`` DSN, a SQLite path (``sqlite:///`` optional), or
+    ``None`` for ``prompt-tools.sqlite3`` under the data directory. Enter it with ``async with``."""
+    if db and is_postgres_dsn(db):
+        return PostgresToolStore(db)
+    if db:
+        return SQLiteToolStore(db.removeprefix("sqlite://") if db.startswith("sqlite:///")
+                               else db)
+    return SQLiteToolStore(Path(data_dir or default_data_dir()) / SQLITE_FILE_NAME)

@@ -1,0 +1,96 @@
+"""Prometheus metrics and the per-turn timing record (one place for every stage's timing)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+__all__ = ["Metrics", "TurnRecord"]
+
+_BUCKETS = (0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
+
+
+@dataclass
+class TurnRecord:
+    """Monotonic timestamps (seconds) of one turn's milestones; ``None`` when not reached."""
+
+    session_id: str
+    started: float = field(default_factory=time.monotonic)  # request / end of user speech
+    speech_end: float | None = None
+    stt_done: float | None = None
+    llm_first_token: float | None = None
+    llm_done: float | None = None
+    first_audio: float | None = None  # first TTS audio sent / played
+    finished: float | None = None
+    barge_in_detected: float | None = None
+    audio_stopped: float | None = None
+    interrupted: bool = False
+    error: str | None = None
+    transcript: str = ""
+
+    def ms(self, start: float | None, end: float | None) -> float | None:
+        return None if start is None or end is None else round((end - start) * 1000, 1)
+
+    def summary(self) -> dict[str, float | str | bool | None]:
+        origin = self.speech_end or self.started
+        return {
+            "stt_ms": self.ms(origin, self.stt_done),
+            "llm_ttft_ms": self.ms(self.stt_done or origin, self.llm_first_token),
+            "tts_first_audio_ms": self.ms(self.llm_first_token, self.first_audio),
+            "first_audio_ms": self.ms(origin, self.first_audio),
+            "total_ms": self.ms(origin, self.finished),
+            "barge_in_ms": self.ms(self.barge_in_detected, self.audio_stopped),
+            "interrupted": self.interrupted,
+            "error": self.error,
+        }
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class Metrics:
+    """All server metrics in one registry owned by the server (no global registry)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+
+        def hist(name: str, doc: str) -> Histogram:
+            return Histogram(name, doc, registry=r, buckets=_BUCKETS)
+
+        self.stt = hist("voice_stt_seconds", "speech-to-text time per utterance")
+        self.llm_ttft = hist("voice_llm_ttft_seconds", "LLM time to first token")
+        self.tts_first_audio = hist("voice_tts_first_audio_seconds",
+                                    "LLM first token to first TTS audio")
+        self.voice_to_voice = hist("voice_first_audio_seconds",
+                                   "end of user speech (or request) to first agent audio")
+        self.turn_total = hist("voice_turn_seconds", "whole turn duration")
+        self.barge_in = hist("voice_barge_in_seconds", "barge-in detected to agent audio stopped")
+        self.turns = Counter("voice_turns_total", "turns by outcome", ["outcome"], registry=r)
+        self.errors = Counter("voice_errors_total", "errors sent to clients by code", ["code"],
+                              registry=r)
+        self.sessions = Gauge("voice_sessions_active", "sessions with a live connection",
+                              registry=r)
+        self.connections = Counter("voice_connections_total", "WebSocket connections accepted",
+                                   registry=r)
+
+    def record_turn(self, rec: TurnRecord) -> None:
+        origin = rec.speech_end or rec.started
+        pairs = [
+            (self.stt, origin, rec.stt_done),
+            (self.llm_ttft, rec.stt_done or origin, rec.llm_first_token),
+            (self.tts_first_audio, rec.llm_first_token, rec.first_audio),
+            (self.voice_to_voice, origin, rec.first_audio),
+            (self.turn_total, origin, rec.finished),
+            (self.barge_in, rec.barge_in_detected, rec.audio_stopped),
+        ]
+        for metric, start, end in pairs:
+            if start is not None and end is not None:
+                metric.observe(max(0.0, end - start))
+        outcome = "error" if rec.error else "interrupted" if rec.interrupted else "completed"
+        self.turns.labels(outcome).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

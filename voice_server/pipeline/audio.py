@@ -1,0 +1,131 @@
+"""Audio helpers: WAV decoding with validation, resampling (PyAV), encoding for the wire.
+
+Internal format: 16 kHz mono int16 numpy arrays for VAD/STT (DESIGN.md, "Audio").
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import wave
+
+import av
+import numpy as np
+
+__all__ = [
+    "STT_RATE",
+    "AudioFormatError",
+    "Resampler",
+    "decode_base64_wav",
+    "decode_wav",
+    "pcm_to_base64",
+    "resample",
+    "rms",
+    "wav_bytes",
+]
+
+STT_RATE = 16_000
+
+
+class AudioFormatError(ValueError):
+    """The audio is not something we accept; the message says why (sent as INVALID_AUDIO_FORMAT)."""
+
+
+class Resampler:
+    """Streaming resampler to mono int16 at ``rate`` (wraps PyAV's AudioResampler)."""
+
+    def __init__(self, rate: int) -> None:
+        self.rate = rate
+        self._resampler = av.AudioResampler(format="s16", layout="mono", rate=rate)
+
+    def push_frame(self, frame: av.AudioFrame) -> np.ndarray:
+        out = [f.to_ndarray().reshape(-1) for f in self._resampler.resample(frame)]
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.int16)
+
+    def push(self, pcm: np.ndarray, rate: int, channels: int = 1) -> np.ndarray:
+        """Resample interleaved int16 ``pcm`` of ``channels`` channels at ``rate``."""
+        layout = "mono" if channels == 1 else "stereo"
+        frame = av.AudioFrame.from_ndarray(
+            np.ascontiguousarray(pcm, dtype=np.int16).reshape(1, -1), format="s16",
+            layout=layout)
+        frame.sample_rate = rate
+        return self.push_frame(frame)
+
+    def flush(self) -> np.ndarray:
+        out = [f.to_ndarray().reshape(-1) for f in self._resampler.resample(None)]
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.int16)
+
+
+def resample(pcm: np.ndarray, rate: int, to_rate: int, channels: int = 1) -> np.ndarray:
+    """One-shot resample of int16 PCM to mono ``to_rate``."""
+    if rate == to_rate and channels == 1:
+        return np.asarray(pcm, dtype=np.int16)
+    resampler = Resampler(to_rate)
+    head = resampler.push(pcm, rate, channels)
+    return np.concatenate([head, resampler.flush()])
+
+
+def decode_wav(data: bytes, *, max_seconds: float, to_rate: int = STT_RATE) -> np.ndarray:
+    """Decode a PCM WAV file into mono int16 at ``to_rate``; reject anything else clearly."""
+    if len(data) < 44 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        raise AudioFormatError("audio must be a WAV file (RIFF/WAVE header not found)")
+    try:
+        with wave.open(io.BytesIO(data), "rb") as wav:
+            channels, width, rate = wav.getnchannels(), wav.getsampwidth(), wav.getframerate()
+            frames = wav.getnframes()
+            if channels not in (1, 2):
+                raise AudioFormatError(f"WAV must be mono or stereo, got {channels} channels")
+            if width not in (1, 2, 4):
+                raise AudioFormatError(f"unsupported WAV sample width: {width * 8} bits")
+            if not 8_000 <= rate <= 96_000:
+                raise AudioFormatError(f"unsupported WAV sample rate: {rate} Hz")
+            if frames == 0:
+                raise AudioFormatError("WAV file holds no audio")
+            if frames / rate > max_seconds:
+                raise AudioFormatError(
+                    f"audio is {frames / rate:.1f} s long; the limit is {max_seconds:g} s")
+            raw = wav.readframes(frames)
+    except (wave.Error, EOFError) as exc:
+        raise AudioFormatError(f"unsupported or corrupt WAV: {exc}") from None
+    if width == 1:
+        pcm = ((np.frombuffer(raw, dtype=np.uint8).astype(np.int16) - 128) << 8)
+    elif width == 2:
+        pcm = np.frombuffer(raw, dtype="<i2")
+    else:
+        pcm = (np.frombuffer(raw, dtype="<i4") >> 16).astype(np.int16)
+    usable = len(pcm) - len(pcm) % channels
+    if usable == 0:
+        raise AudioFormatError("WAV file holds no audio")
+    return resample(pcm[:usable], rate, to_rate, channels)
+
+
+def decode_base64_wav(data: str, *, max_seconds: float, to_rate: int = STT_RATE) -> np.ndarray:
+    if data.startswith("data:"):
+        data = data.partition(",")[2]
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise AudioFormatError("audio data is not valid base64") from None
+    return decode_wav(raw, max_seconds=max_seconds, to_rate=to_rate)
+
+
+def pcm_to_base64(pcm: np.ndarray) -> str:
+    return base64.b64encode(np.asarray(pcm, dtype="<i2").tobytes()).decode("ascii")
+
+
+def wav_bytes(pcm: np.ndarray, rate: int) -> bytes:
+    """Mono int16 PCM as a WAV file (tests, benchmarks, debugging)."""
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as wav:
+        wav.setnchannels(1)
+        wav.setsampwidth(2)
+        wav.setframerate(rate)
+        wav.writeframes(np.asarray(pcm, dtype="<i2").tobytes())
+    return buf.getvalue()
+
+
+def rms(pcm: np.ndarray) -> float:
+    if len(pcm) == 0:
+        return 0.0
+    return float(np.sqrt(np.mean(np.square(pcm.astype(np.float64)))))

@@ -1,0 +1,80 @@
+"""Where synthesized speech goes: the ``SpeechOutput`` interface and the WebSocket fallback.
+
+The turn hands each synthesized sentence to an output. A WebRTC output paces audio on the
+outbound track; ``ChunkMessageOutput`` sends ``tts-start`` / ``tts-chunk`` messages
+(spec: "tts-chunk — Streaming TTS audio chunk (when WebRTC audio track unavailable)").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import numpy as np
+
+from ..protocol import Message, TTSChunk, TTSStart
+from .audio import pcm_to_base64
+
+__all__ = ["ChunkMessageOutput", "HeardText", "SpeechOutput"]
+
+Emit = Callable[[Message], Awaitable[None]]
+
+
+class HeardText:
+    """What the listener has heard so far: whole sentences plus a fraction of the current one."""
+
+    def __init__(self) -> None:
+        self.sentences: list[str] = []
+        self.played: int = 0  # sentences completely played
+        self.fraction: float = 0.0  # of the sentence being played
+
+    def text(self) -> str:
+        heard = self.sentences[: self.played]
+        if self.played < len(self.sentences) and self.fraction > 0:
+            words = self.sentences[self.played].split()
+            keep = int(len(words) * self.fraction)
+            if keep:
+                heard = [*heard, " ".join(words[:keep])]
+        return " ".join(heard)
+
+
+class SpeechOutput(Protocol):
+    """Receives the sentences of one turn in order."""
+
+    heard: HeardText
+
+    async def play(self, text: str, pcm: np.ndarray, sample_rate: int) -> None:
+        """Queue one sentence; the first call of a turn announces ``tts-start``."""
+        ...
+
+    async def drain(self) -> None:
+        """Return once everything queued has been played (or sent)."""
+        ...
+
+    def cancel(self) -> bool:
+        """Barge-in: drop everything not yet played; True if audio was cut."""
+        ...
+
+
+class ChunkMessageOutput:
+    """Fallback output: each sentence becomes one ``tts-chunk`` (base64 PCM16 at Piper's rate)."""
+
+    def __init__(self, emit: Emit) -> None:
+        self._emit = emit
+        self._started = False
+        self.heard = HeardText()
+
+    async def play(self, text: str, pcm: np.ndarray, sample_rate: int) -> None:
+        if not self._started:
+            self._started = True
+            await self._emit(TTSStart())
+        self.heard.sentences.append(text)
+        await self._emit(TTSChunk(format="pcm", sample_rate=sample_rate,
+                                  data=pcm_to_base64(pcm)))
+        self.heard.played += 1
+
+    async def drain(self) -> None:
+        return None
+
+    def cancel(self) -> bool:
+        return self._started

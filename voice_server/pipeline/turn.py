@@ -1,0 +1,224 @@
+"""One conversational turn: responder (LLM) -> sentence chunker -> TTS -> speech output.
+
+LLM streaming and TTS run concurrently: complete sentences go through a queue to the TTS task
+while the LLM keeps streaming (DESIGN.md, "LLM and TTS run concurrently"). ``Turn.cancel()`` is the
+single cancellation path used by barge-in and by a newer request: it flushes the output, cancels
+the LLM stream and TTS tasks, sends ``tts-cancelled`` when audio was cut, and leaves in
+``committed`` only what the listener actually heard (marked ``interrupted``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..llm import ChatRequest, LLMError, LLMRouter, LLMTimeout, Usage
+from ..metrics import TurnRecord
+from ..protocol import (
+    Error,
+    ErrorCode,
+    LLMChunk,
+    LLMResult,
+    Message,
+    TTSCancelled,
+    TTSComplete,
+    UsageReport,
+)
+from .chunker import SentenceChunker
+from .speech import SpeechOutput
+from .tts import PiperTTS, TTSError
+
+__all__ = ["ChatResponder", "Responder", "Turn", "TurnContext", "llm_messages"]
+
+log = logging.getLogger(__name__)
+
+Emit = Callable[[Message], Awaitable[None]]
+_OPENAI_KEYS = {"role", "content", "name", "tool_calls", "tool_call_id"}
+
+
+@dataclass
+class TurnContext:
+    """What a responder sees and may add to during one turn."""
+
+    history: list[dict[str, Any]]
+    user_message: dict[str, Any]
+    emit: Emit
+    state: dict[str, Any] = field(default_factory=dict)  # session-persisted (playbook) state
+    pending: list[dict[str, Any]] = field(default_factory=list)  # kept even if cancelled
+    usage: Usage | None = None
+
+
+class Responder(Protocol):
+    """Produces the spoken answer of a turn as text deltas (a playbook runs tools first)."""
+
+    def respond(self, ctx: TurnContext) -> AsyncIterator[str]: ...
+
+
+def llm_messages(history: list[dict[str, Any]], limit: int | None = None) -> list[dict[str, Any]]:
+    """History as an OpenAI message list: our bookkeeping keys stripped, oldest dropped first."""
+    items = history[-limit:] if limit else history
+    while items and items[0].get("role") == "tool":  # never start with an orphan tool result
+        items = items[1:]
+    return [{k: v for k, v in m.items() if k in _OPENAI_KEYS} for m in items]
+
+
+class ChatResponder:
+    """The default responder: system prompt + history + user message, streamed."""
+
+    def __init__(self, router: LLMRouter, *, system_prompt: str, model: str | None = None,
+                 temperature: float | None = None, max_tokens: int | None = None,
+                 max_history: int = 40, timeout_s: float | None = None) -> None:
+        self._router = router
+        self._system = system_prompt
+        self._model = model
+        self._temperature = temperature
+        self._max_tokens = max_tokens
+        self._max_history = max_history
+        self._timeout_s = timeout_s
+
+    async def respond(self, ctx: TurnContext) -> AsyncIterator[str]:
+        messages = [{"role": "system", "content": self._system},
+                    *llm_messages(ctx.history, self._max_history), ctx.user_message]
+        request = ChatRequest(messages=messages, model=self._model,
+                              temperature=self._temperature, max_tokens=self._max_tokens,
+                              timeout_s=self._timeout_s)
+        stream = self._router.stream(request)
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                async for event in stream:
+                    if event.text:
+                        yield event.text
+                    if event.done:
+                        ctx.usage = event.usage
+        except TimeoutError:
+            raise LLMTimeout("the LLM did not finish in time") from None
+        finally:
+            await stream.aclose()
+
+
+class Turn:
+    """Run one answer; ``start()`` then await ``wait()``, or ``cancel()`` on barge-in."""
+
+    def __init__(self, *, ctx: TurnContext, responder: Responder, tts: PiperTTS,
+                 output: SpeechOutput, record: TurnRecord,
+                 on_done: Callable[[Turn], None] | None = None) -> None:
+        self.ctx = ctx
+        self.record = record
+        self._responder = responder
+        self._tts = tts
+        self._output = output
+        self._emit = ctx.emit
+        self._on_done = on_done
+        self._task: asyncio.Task[None] | None = None
+        self._text: list[str] = []
+        self.committed: list[dict[str, Any]] = []
+
+    def start(self) -> asyncio.Task[None]:
+        self._task = asyncio.create_task(self._run(), name=f"turn-{self.record.session_id}")
+        return self._task
+
+    @property
+    def done(self) -> bool:
+        return self._task is None or self._task.done()
+
+    async def wait(self) -> None:
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(self._task)
+
+    async def cancel(self) -> bool:
+        """Stop now (barge-in or superseded). Returns True if speech was cut."""
+        if self._task is None or self._task.done():
+            return False
+        cut = self._output.cancel()
+        self.record.interrupted = True
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self.record.audio_stopped = time.monotonic()
+        if cut:
+            await self._emit(TTSCancelled())
+        return cut
+
+    async def _run(self) -> None:
+        rec = self.record
+        sentences: asyncio.Queue[str | None] = asyncio.Queue()
+        speaker = asyncio.create_task(self._speak(sentences), name=f"tts-{rec.session_id}")
+        try:
+            await self._stream_answer(sentences)
+            await speaker
+            await self._output.drain()
+            if rec.first_audio is not None:
+                await self._emit(TTSComplete())
+        except LLMError as exc:
+            rec.error = "LLM_TIMEOUT" if isinstance(exc, LLMTimeout) else "LLM_ERROR"
+            await self._emit(Error(code=ErrorCode(rec.error), message=str(exc)))
+        except TTSError as exc:
+            rec.error = "TTS_ERROR"
+            await self._emit(Error(code=ErrorCode.TTS_ERROR, message=str(exc)))
+        except asyncio.CancelledError:
+            rec.interrupted = True
+            raise
+        except Exception:
+            log.exception("turn failed (session %s)", rec.session_id)
+            rec.error = "INTERNAL_ERROR"
+            await self._emit(Error(code=ErrorCode.INTERNAL_ERROR,
+                                   message="the turn failed unexpectedly; try again"))
+        finally:
+            speaker.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await speaker
+            rec.finished = time.monotonic()
+            self._commit()
+            if self._on_done is not None:
+                self._on_done(self)
+
+    async def _stream_answer(self, sentences: asyncio.Queue[str | None]) -> None:
+        rec = self.record
+        chunker = SentenceChunker()
+        held: str | None = None  # one delta held back so the last llm-chunk carries done=true
+        async for delta in self._responder.respond(self.ctx):
+            if rec.llm_first_token is None:
+                rec.llm_first_token = time.monotonic()
+            self._text.append(delta)
+            if held is not None:
+                await self._emit(LLMChunk(content=held, done=False))
+            held = delta
+            for piece in chunker.feed(delta):
+                sentences.put_nowait(piece)
+        rec.llm_done = time.monotonic()
+        if (rest := chunker.flush()) is not None:
+            sentences.put_nowait(rest)
+        sentences.put_nowait(None)
+        await self._emit(LLMChunk(content=held or "", done=True))
+        await self._emit(LLMResult(text="".join(self._text)))
+        if self.ctx.usage is not None:
+            await self._emit(UsageReport(input_tokens=self.ctx.usage.input_tokens,
+                                         output_tokens=self.ctx.usage.output_tokens))
+
+    async def _speak(self, sentences: asyncio.Queue[str | None]) -> None:
+        while (text := await sentences.get()) is not None:
+            pcm = await self._tts.synthesize(text)
+            if len(pcm) == 0:
+                continue
+            await self._output.play(text, pcm, self._tts.sample_rate)
+            if self.record.first_audio is None:
+                self.record.first_audio = time.monotonic()
+
+    def _commit(self) -> None:
+        """Decide what enters history: the user turn, tool steps, and what was heard."""
+        full = "".join(self._text).strip()
+        said = self._output.heard.text() if self.record.interrupted else full
+        committed = [self.ctx.user_message, *self.ctx.pending]
+        if said or full:
+            entry: dict[str, Any] = {"role": "assistant", "content": said}
+            if self.record.interrupted:
+                entry["interrupted"] = True
+                entry["full_text"] = full
+            committed.append(entry)
+        self.committed = committed

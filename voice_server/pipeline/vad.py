@@ -1,0 +1,129 @@
+"""Streaming voice activity detection over 16 kHz mono int16 audio (sans-I/O, webrtcvad).
+
+``feed(pcm)`` returns events: ``start`` once speech is *confirmed* (``min_speech_ms`` of voiced
+frames without a long gap), ``end`` (with the utterance audio, pre-roll included) after
+``end_silence_ms`` of trailing silence. Short noises below the minimum produce nothing, so they
+neither start an utterance nor barge in (DESIGN.md, "Barge-in").
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+
+import numpy as np
+import webrtcvad
+
+__all__ = ["StreamingVAD", "VADEvent", "VADSettings"]
+
+RATE = 16_000
+
+
+@dataclass(frozen=True)
+class VADSettings:
+    frame_ms: int = 20  # webrtcvad accepts 10, 20 or 30 ms
+    aggressiveness: int = 2  # 0 (least) .. 3 (most aggressive filtering of non-speech)
+    min_speech_ms: int = 200  # voiced audio needed to confirm speech (and to barge in)
+    end_silence_ms: int = 500  # trailing silence that ends the utterance
+    pre_roll_ms: int = 300  # audio kept before the first voiced frame
+    gap_ms: int = 100  # unvoiced run that resets a not-yet-confirmed candidate
+    max_utterance_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.frame_ms not in (10, 20, 30):
+            raise ValueError("frame_ms must be 10, 20 or 30")
+        if not 0 <= self.aggressiveness <= 3:
+            raise ValueError("aggressiveness must be 0..3")
+
+
+@dataclass(frozen=True)
+class VADEvent:
+    kind: str  # "start" | "end"
+    at_s: float  # stream time of the event (seconds of audio fed so far)
+    pcm: np.ndarray | None = None  # the utterance, on "end"
+    onset_s: float | None = None  # stream time of the first voiced frame, on "start"
+
+
+class StreamingVAD:
+    def __init__(self, settings: VADSettings | None = None) -> None:
+        self.settings = s = settings or VADSettings()
+        self._vad = webrtcvad.Vad(s.aggressiveness)
+        self._frame = RATE * s.frame_ms // 1000
+        self._pending = np.zeros(0, dtype=np.int16)
+        self._pre = collections.deque(maxlen=max(1, s.pre_roll_ms // s.frame_ms))
+        self._candidate: list[np.ndarray] = []
+        self._voiced_frames = 0
+        self._gap_frames = 0
+        self._speech: list[np.ndarray] = []
+        self._silence_frames = 0
+        self._frames_seen = 0
+        self._onset_frame = 0
+        self.speaking = False
+
+    @property
+    def time_s(self) -> float:
+        return self._frames_seen * self.settings.frame_ms / 1000
+
+    def utterance_so_far(self) -> np.ndarray:
+        """The audio of the utterance in progress (for interim transcripts)."""
+        return np.concatenate(self._speech) if self._speech else np.zeros(0, dtype=np.int16)
+
+    def feed(self, pcm: np.ndarray) -> list[VADEvent]:
+        data = np.concatenate([self._pending, np.asarray(pcm, dtype=np.int16)])
+        usable = len(data) - len(data) % self._frame
+        self._pending = data[usable:]
+        events: list[VADEvent] = []
+        for start in range(0, usable, self._frame):
+            event = self._step(data[start:start + self._frame])
+            if event is not None:
+                events.append(event)
+        return events
+
+    def _step(self, frame: np.ndarray) -> VADEvent | None:
+        s = self.settings
+        self._frames_seen += 1
+        voiced = self._vad.is_speech(frame.tobytes(), RATE)
+        if self.speaking:
+            self._speech.append(frame)
+            self._silence_frames = 0 if voiced else self._silence_frames + 1
+            too_long = len(self._speech) * s.frame_ms / 1000 >= s.max_utterance_s
+            if self._silence_frames * s.frame_ms >= s.end_silence_ms or too_long:
+                keep = len(self._speech) - max(0, self._silence_frames - 5)
+                utterance = np.concatenate(self._speech[:keep])
+                self._reset()
+                return VADEvent("end", self.time_s, pcm=utterance)
+            return None
+        if voiced:
+            if not self._candidate:
+                self._onset_frame = self._frames_seen - 1
+            self._candidate.append(frame)
+            self._voiced_frames += 1
+            self._gap_frames = 0
+            if self._voiced_frames * s.frame_ms >= s.min_speech_ms:
+                self.speaking = True
+                self._speech = [*self._pre, *self._candidate]
+                self._pre.clear()
+                self._candidate = []
+                return VADEvent("start", self.time_s,
+                                onset_s=self._onset_frame * s.frame_ms / 1000)
+            return None
+        if self._candidate:
+            self._candidate.append(frame)
+            self._gap_frames += 1
+            if self._gap_frames * s.frame_ms >= s.gap_ms:
+                for old in self._candidate:
+                    self._pre.append(old)
+                self._candidate = []
+                self._voiced_frames = 0
+                self._gap_frames = 0
+            return None
+        self._pre.append(frame)
+        return None
+
+    def _reset(self) -> None:
+        self.speaking = False
+        self._speech = []
+        self._silence_frames = 0
+        self._candidate = []
+        self._voiced_frames = 0
+        self._gap_frames = 0

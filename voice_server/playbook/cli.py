@@ -1,0 +1,172 @@
+"""``voice-server playbook validate FILE...``, ``playbook chat FILE`` and ``playbook schema``.
+
+``chat`` drives the same ``PlaybookResponder`` the voice pipeline uses, over the configured LLM
+(every ``serve`` setting is accepted, e.g. ``--llm-provider openai_compat --llm-base-url URL``),
+printing the tool and stage events (spec: "Playbook Mode Events") as they happen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TextIO
+
+from ..llm import LLMError, LLMRouter
+from ..pipeline.turn import TurnContext
+from ..protocol import Message, StageChange, ToolCallEnd, ToolCallStart
+from .errors import PlaybookLoadError
+from .lint import lint
+from .loader import load_playbook
+from .responder import PlaybookResponder
+from .schema import Playbook, playbook_json_schema
+
+__all__ = ["register", "run_chat"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    group = subparsers.add_parser("playbook", help="check, try out and describe playbooks")
+    sub = group.add_subparsers(dest="playbook_command", required=True)
+    validate = sub.add_parser("validate", help="check playbook files (exit 1 on any error)")
+    validate.add_argument("files", nargs="+", metavar="FILE")
+    validate.add_argument("--no-import", action="store_true",
+                          help="do not import the Python tool handlers")
+    validate.add_argument("--strict", action="store_true",
+                          help="fail on warnings too (unreachable stages, unused tools...)")
+    validate.set_defaults(func=_validate)
+    chat = sub.add_parser("chat", help="type to a playbook agent in the terminal")
+    chat.add_argument("file", metavar="FILE")
+    from ..cli import add_settings_flags
+
+    add_settings_flags(chat)
+    chat.set_defaults(func=_chat)
+    schema = sub.add_parser("schema", help="print the playbook JSON Schema")
+    schema.set_defaults(func=_schema)
+
+
+def _validate(args: argparse.Namespace) -> int:
+    failed = 0
+    for file in args.files:
+        try:
+            pb = load_playbook(file, check_handlers=not args.no_import)
+        except PlaybookLoadError as exc:
+            failed += 1
+            print(f"{file}: invalid ({len(exc.issues)} problem"
+                  f"{'s' if len(exc.issues) != 1 else ''})", file=sys.stderr)
+            for issue in exc.issues:
+                print(f"  {issue}", file=sys.stderr)
+            continue
+        warnings = lint(pb)
+        print(f"{file}: ok (id {pb.id}; {len(pb.stages)} stages, {len(pb.transitions)} "
+              f"transitions, {len(pb.tools)} tools)")
+        for warning in warnings:
+            print(f"  warning: {warning}")
+        if warnings and args.strict:
+            failed += 1
+    return 1 if failed else 0
+
+
+def _schema(args: argparse.Namespace) -> int:
+    print(json.dumps(playbook_json_schema(), indent=2, sort_keys=True))
+    return 0
+
+
+def _chat(args: argparse.Namespace) -> int:
+    from ..cli import settings_from_args
+    from ..llm.factory import build_router
+
+    try:
+        playbook = load_playbook(args.file)
+    except PlaybookLoadError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    settings = settings_from_args(args)
+
+    async def main() -> int:
+        router = build_router(settings)
+        try:
+            return await run_chat(playbook, router, _stdin_lines(), sys.stdout,
+                                  max_history=settings.max_history_messages,
+                                  timeout_s=settings.llm_timeout_s)
+        finally:
+            await router.aclose()
+
+    try:
+        return asyncio.run(main())
+    except KeyboardInterrupt:
+        return 130
+    except LLMError as exc:
+        print(f"LLM error: {exc}", file=sys.stderr)
+        return 1
+
+
+async def _stdin_lines() -> AsyncIterator[str]:
+    while True:
+        line = await asyncio.to_thread(sys.stdin.readline)
+        if not line:
+            return
+        yield line.rstrip("\n")
+
+
+def describe(message: Message) -> str:
+    """One line per playbook event, for the terminal."""
+    if isinstance(message, ToolCallStart):
+        return f"[tool-call-start] {message.name} {json.dumps(message.arguments)}"
+    if isinstance(message, ToolCallEnd):
+        what = f"error: {message.error}" if message.error else json.dumps(message.result)
+        return f"[tool-call-end] {message.duration_ms:.0f} ms {what}"
+    if isinstance(message, StageChange):
+        return f"[stage-change] {message.from_} -> {message.to} ({message.reason})"
+    return f"[{message.type}]"
+
+
+async def run_chat(playbook: Playbook, router: LLMRouter, lines: AsyncIterator[str],
+                   out: TextIO, *, max_history: int = 40, timeout_s: float | None = 30.0,
+                   clock: Callable[[], float] | None = None) -> int:
+    """The chat loop: one turn per input line; ``/quit`` or end of input stops it."""
+    history: list[dict[str, Any]] = []
+    state: dict[str, Any] = {}
+    kw = {"clock": clock} if clock else {}
+    async with PlaybookResponder(playbook, router, max_history=max_history, timeout_s=timeout_s,
+                                 **kw) as responder:
+        out.write(f"playbook {playbook.id}: stage {responder.stage(state)}. "
+                  f"Type a message (/quit to stop).\n")
+        out.flush()
+        async for line in lines:
+            text = line.strip()
+            if text in ("/quit", "/exit"):
+                break
+            if not text:
+                continue
+            at_line_start = True
+
+            async def emit(message: Message) -> None:
+                nonlocal at_line_start
+                out.write(("" if at_line_start else "\n") + describe(message) + "\n")
+                at_line_start = True
+                out.flush()
+
+            ctx = TurnContext(history=history, user_message={"role": "user", "content": text},
+                              emit=emit, state=state)
+            parts: list[str] = []
+            try:
+                async for delta in responder.respond(ctx):
+                    if at_line_start:
+                        out.write("agent> ")
+                        at_line_start = False
+                    parts.append(delta)
+                    out.write(delta)
+                    out.flush()
+            except LLMError as exc:
+                out.write(f"\n[error] {exc}\n")
+            if not at_line_start:
+                out.write("\n")
+            answer = "".join(parts).strip()
+            history.extend([ctx.user_message, *ctx.pending,
+                            *([{"role": "assistant", "content": answer}] if answer else [])])
+            out.write(f"(stage: {state.get('stage')})\n")
+            out.flush()
+    return 0
+

@@ -1,0 +1,39 @@
+"""Graph lint for a loaded playbook: things that are valid but probably mistakes.
+
+Warnings, not errors (``playbook validate --strict`` turns them into a failure): stages that no
+transition can reach from the initial stage, tools that no stage offers, intents that no
+transition uses.
+"""
+
+from __future__ import annotations
+
+from .schema import Playbook
+
+__all__ = ["lint"]
+
+
+def lint(pb: Playbook) -> list[str]:
+    warnings: list[str] = []
+    reachable = {pb.initial_stage}
+    frontier = [pb.initial_stage]
+    while frontier:
+        stage = frontier.pop()
+        for tr in pb.transitions:
+            if tr.to is not None and tr.to not in reachable and \
+                    (stage in tr.sources or "*" in tr.sources):
+                reachable.add(tr.to)
+                frontier.append(tr.to)
+    for stage in pb.stages:
+        if stage not in reachable:
+            warnings.append(f"stage {stage!r} cannot be reached from the initial stage "
+                            f"{pb.initial_stage!r}")
+    offered = set(pb.globals.tools) | {t for s in pb.stages.values() for t in s.tools}
+    for tool in pb.tools:
+        if tool not in offered:
+            warnings.append(f"tool {tool!r} is not offered in any stage (add it to a stage's or "
+                            f"the globals' tools)")
+    used = {tr.when.intent for tr in pb.transitions if tr.when.intent}
+    for intent in pb.intents:
+        if intent not in used:
+            warnings.append(f"intent {intent!r} is declared but no transition uses it")
+    return warnings

@@ -1,0 +1,376 @@
+"""``PlaybookResponder``: the turn pipeline's ``Responder`` for a playbook (issue 5).
+
+One call of ``respond(ctx)`` is one user turn:
+
+1. restore the engine state from ``ctx.state`` (the session's playbook state);
+2. classify the user's intent, if a transition of the current stage waits for one (one extra,
+   non-streamed LLM call with a forced tool);
+3. fire at most one turn-start transition (``timeout_s``, ``max_turns``, ``keyword``, ``intent``):
+   emit ``stage-change``, yield its ``say`` and the new stage's ``on_enter.say``;
+4. tool rounds, at most ``globals.max_tool_rounds``: stream the LLM with the stage's tools (plus
+   the built-in ``playbook_transition`` tool when an ``llm_decision`` transition applies); text
+   deltas are yielded as they come (a model's "let me check" preamble is spoken while the tools
+   run); requested tools run concurrently, each bracketed by ``tool-call-start`` and
+   ``tool-call-end{durationMs}``; after each one ``tool_called``/``tool_result`` transitions are
+   checked, and the ``stage-change`` of those that fired follows the round's ``tool-call-end``
+   events; the next round then uses the new stage's prompt and tools;
+5. when the model answers without tools, or the rounds are spent (then the request carries no
+   tools so it must answer), the answer has streamed and the turn ends.
+
+Spec: "Playbook Mode Events" (``tool-call-start``, ``tool-call-end``, ``stage-change``).
+
+History: the assistant message carrying ``tool_calls`` and every ``tool`` result are appended to
+``ctx.pending`` as they happen, so the pipeline commits them even if the turn is cancelled. A
+barge-in (task cancellation) while tools run waits for them to finish (each is bounded by its own
+timeout) and records their results before the cancellation propagates: no half-done call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Executor
+from typing import Any
+
+from ..llm import ChatRequest, LLMError, LLMRouter, LLMTimeout, ToolCall, Usage
+from ..pipeline.turn import TurnContext, llm_messages
+from ..protocol import StageChange, ToolCallEnd, ToolCallStart
+from .engine import TRANSITION_TOOL, Decision, Engine, PlaybookState, ToolEvent
+from .schema import Playbook
+from .tools import ToolOutcome, ToolRunner
+
+__all__ = ["PlaybookResponder", "TurnContext"]
+
+log = logging.getLogger(__name__)
+
+INTENT_TOOL = "classify_intent"
+FINAL_NUDGE = "Reply to the user now in one or two short sentences, using the information above."
+MAX_CALLS_PER_ROUND = 16  # a runaway model's extra calls in one answer are dropped
+UNINTERRUPTIBLE_KEY = "uninterruptible"  # in ctx.state while a turn announces such a result
+
+
+class PlaybookResponder:
+    """Runs one playbook for a session's turns; implements ``pipeline.turn.Responder``.
+
+    It holds no per-session state (that lives in ``ctx.state``), so one instance per playbook
+    version can serve every session concurrently (e.g. cached by ``(id, registry.version)``).
+    Construction:
+
+    - ``playbook``: from ``PlaybookRegistry.get(id)``; the responder keeps that version;
+    - ``router``: the server's ``LLMRouter`` (a stage's ``llm.model`` is resolved through it);
+    - ``max_history``: history messages sent to the LLM; ``timeout_s``: deadline of each LLM
+      request; ``model``/``temperature``/``max_tokens``: defaults (e.g. from Settings) used
+      where the playbook's ``globals.llm`` and the stage's ``llm`` leave them unset;
+    - ``clock``: wall-clock seconds (stage timeouts survive restarts and reconnects);
+    - ``executor``: runs synchronous Python tool handlers (default: the loop's executor).
+
+    Use it as ``async with`` or call ``aclose()`` (closes the webhook HTTP session).
+
+    Per turn the pipeline passes a ``TurnContext``: ``history`` (committed messages),
+    ``user_message``, ``emit`` (receives ``ToolCallStart``, ``ToolCallEnd``, ``StageChange``),
+    ``state`` (the session's ``Session.state`` dict) and ``pending``. ``respond`` appends the
+    assistant ``tool_calls`` message and the ``tool`` results to ``ctx.pending`` and adds LLM
+    token usage to ``ctx.usage``; the pipeline commits ``[user, *pending, assistant text]``.
+
+    Session state: ``ctx.state`` is updated in place with the keys of ``PlaybookState``
+    (``playbook``, ``stage``, ``stage_turns``, ``turns``, ``entered_at``, ``data``,
+    ``history_from``) plus ``uninterruptible``, after every change, so it can be saved at any
+    time and restored on ``reconnect``; state of another playbook id is replaced by a fresh one.
+    ``history_from`` is the index in the session history where the playbook's view starts (set
+    by ``clear_history``); the history list should only grow.
+
+    Between turns the pipeline may ask ``stage(state)``, ``turn_taking(state)`` (VAD and
+    barge-in overrides of the current stage), ``interruptible(state)`` (False while an
+    ``interruptible: false`` tool's result is being announced, or when the stage disables
+    barge-in) and ``timeout_due(state)``.
+    """
+
+    def __init__(self, playbook: Playbook, router: LLMRouter, *, max_history: int = 40,
+                 timeout_s: float | None = 30.0, model: str | None = None,
+                 temperature: float | None = None, max_tokens: int | None = None,
+                 clock: Callable[[], float] = time.time, executor: Executor | None = None,
+                 tools: ToolRunner | None = None) -> None:
+        self.playbook = playbook
+        self.engine = Engine(playbook)
+        self._router = router
+        self._max_history = max_history
+        self._timeout_s = timeout_s
+        self._defaults = (model, temperature, max_tokens)
+        self._clock = clock
+        self._tools = tools or ToolRunner(playbook, executor=executor)
+
+    async def __aenter__(self) -> PlaybookResponder:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._tools.aclose()
+
+    # -- what the pipeline asks between turns ------------------------------------------------
+    def state(self, state: dict[str, Any]) -> PlaybookState:
+        """The engine state held in a session state dict (fresh when absent or foreign)."""
+        return self.engine.restore(state, self._clock())
+
+    def stage(self, state: dict[str, Any]) -> str:
+        return self.state(state).stage
+
+    def turn_taking(self, state: dict[str, Any]) -> dict[str, Any]:
+        """VAD/barge-in overrides of the current stage: the ``schema.TurnTaking`` fields that
+        are set (``end_silence_ms``, ``min_speech_ms``, ``aggressiveness``: override
+        ``Settings.vad_<name>``; ``barge_in: false``: do not let the user interrupt)."""
+        return self.engine.turn_taking(self.state(state))
+
+    def timeout_due(self, state: dict[str, Any]) -> bool:
+        """Whether a ``timeout_s`` transition of the current stage is due now (an idle timer may
+        poll this and start a turn; otherwise timeouts are checked when the next turn starts)."""
+        return self.engine.timed_out(self.state(state), self._clock())
+
+    def interruptible(self, state: dict[str, Any]) -> bool:
+        """False while the current turn announces the result of an ``interruptible: false``
+        tool (and the stage's ``turn_taking.barge_in`` is not false): barge-in should wait."""
+        if self.turn_taking(state).get("barge_in") is False:
+            return False
+        return not state.get(UNINTERRUPTIBLE_KEY, False)
+
+    # -- one turn ------------------------------------------------------------------------
+    async def respond(self, ctx: TurnContext) -> AsyncIterator[str]:
+        """Yield the spoken text deltas of one turn (see the module docstring)."""
+        now = self._clock()
+        st = self.engine.restore(ctx.state, now)
+        ctx.state[UNINTERRUPTIBLE_KEY] = False
+        self._save(ctx, st)
+        text = _text_of(ctx.user_message)
+        intent = None
+        if intents := self.engine.needs_intent(st):
+            intent = await self._classify(st, ctx, text, intents)
+        decision = self.engine.start_turn(st, text, now, intent)
+        self._save(ctx, st)
+        if decision is not None:
+            for say in await self._announce(ctx, st, decision):
+                yield say
+        turn_msgs: list[dict[str, Any]] = []  # this turn's tool exchange, sent back each round
+        rounds = self.playbook.globals.max_tool_rounds
+        for round_no in range(rounds + 1):
+            final = round_no == rounds
+            plan = self.engine.plan(st, first_round=round_no == 0)
+            specs = [] if final else self._tools.specs(list(plan.tools))
+            if plan.transition_tool is not None and not final:
+                specs.append(plan.transition_tool)
+            history = llm_messages(ctx.history[st.history_from:], self._max_history)
+            messages = [*([{"role": "system", "content": plan.system_prompt}]
+                          if plan.system_prompt else []),
+                        *history, ctx.user_message, *turn_msgs]
+            if final and turn_msgs:
+                messages.append({"role": "system", "content": FINAL_NUDGE})
+            model, temperature, max_tokens = self._defaults
+            request = ChatRequest(messages=messages, model=plan.model or model,
+                                  temperature=_first(plan.temperature, temperature),
+                                  max_tokens=plan.max_tokens or max_tokens,
+                                  tools=specs or None,
+                                  tool_choice=plan.tool_choice if specs else None,
+                                  timeout_s=self._timeout_s)
+            calls: tuple[ToolCall, ...] = ()
+            spoken: list[str] = []
+            async with contextlib.aclosing(self._stream(ctx, request)) as events:
+                async for event in events:
+                    if isinstance(event, str):
+                        spoken.append(event)
+                        yield event
+                    else:
+                        calls = event
+            if not calls or final:
+                return
+            says = await self._tool_round(ctx, st, calls, "".join(spoken), turn_msgs)
+            for say in says:
+                yield say
+
+    async def _stream(self, ctx: TurnContext,
+                      request: ChatRequest) -> AsyncIterator[str | tuple[ToolCall, ...]]:
+        stream = self._router.stream(request)
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                async for event in stream:
+                    if event.text:
+                        yield event.text
+                    if event.done:
+                        _add_usage(ctx, event.usage)
+                        yield tuple(event.tool_calls)
+        except TimeoutError:
+            raise LLMTimeout("the LLM did not finish in time") from None
+        finally:
+            await stream.aclose()
+
+    async def _tool_round(self, ctx: TurnContext, st: PlaybookState,
+                          calls: tuple[ToolCall, ...], spoken: str,
+                          turn_msgs: list[dict[str, Any]]) -> list[str]:
+        """Run one round's calls concurrently; record them; return the texts to say."""
+        calls = tuple(ToolCall(id=f"call_{uuid.uuid4().hex[:16]}", name=c.name or "",
+                               arguments=c.arguments) for c in calls[:MAX_CALLS_PER_ROUND])
+        # The spoken preamble (if any) is part of the turn's final assistant entry, not this
+        # one. "" rather than None: chat templates of local models concatenate the content.
+        assistant = {"role": "assistant", "content": "",
+                     "tool_calls": [{"id": c.id, "type": "function",
+                                     "function": {"name": c.name, "arguments": c.arguments}}
+                                    for c in calls]}
+        ctx.pending.append(assistant)
+        turn_msgs.append({**assistant, "content": spoken})
+        decisions: list[Decision] = []
+        limit = asyncio.Semaphore(self.playbook.globals.max_parallel_tools)
+
+        async def one(call: ToolCall) -> ToolOutcome:
+            async with limit:
+                return await self._run_call(ctx, st, call, decisions)
+
+        batch = asyncio.gather(*(one(c) for c in calls))
+        try:
+            outcomes = await asyncio.shield(batch)
+        except asyncio.CancelledError:
+            # barge-in: let the calls finish (each is bounded), record them, then stop
+            outcomes = await batch
+            self._record(ctx, outcomes, turn_msgs)
+            for decision in decisions:  # the stage did change: tell the client, say nothing
+                await self._announce(ctx, st, decision)
+            raise
+        self._record(ctx, outcomes, turn_msgs)
+        says: list[str] = []
+        for decision in decisions:
+            says.extend(await self._announce(ctx, st, decision))
+        self._save(ctx, st)
+        return says
+
+    async def _run_call(self, ctx: TurnContext, st: PlaybookState, call: ToolCall,
+                        decisions: list[Decision]) -> ToolOutcome:
+        await ctx.emit(ToolCallStart(name=call.name, call_id=call.id,
+                                     arguments=_loose_args(call.arguments)))
+        if call.name == TRANSITION_TOOL:
+            outcome = self._transition_call(st, call, decisions)
+        else:
+            outcome = await self._tools.run(call.name, call.arguments, call_id=call.id,
+                                            data=st.data)
+            if outcome.ok and call.name in self.playbook.tools and \
+                    not self.playbook.tools[call.name].interruptible:
+                ctx.state[UNINTERRUPTIBLE_KEY] = True
+            if call.name in self.playbook.tools:
+                decision = self.engine.after_tool(
+                    st, ToolEvent(call.name, outcome.ok, outcome.arguments, outcome.result),
+                    self._clock())
+                if decision is not None:
+                    decisions.append(decision)
+        await ctx.emit(ToolCallEnd(call_id=call.id, result=outcome.result if outcome.ok else None,
+                                   error=outcome.error, duration_ms=outcome.duration_ms))
+        return outcome
+
+    def _transition_call(self, st: PlaybookState, call: ToolCall,
+                         decisions: list[Decision]) -> ToolOutcome:
+        started = time.monotonic()
+        outcome = ToolOutcome(name=call.name, call_id=call.id, arguments={}, ok=False)
+        try:
+            args = json.loads(call.arguments or "{}")
+        except json.JSONDecodeError:
+            args = None
+        target = args.get("to") if isinstance(args, dict) else None
+        if isinstance(args, dict):
+            outcome.arguments = args
+        decision = self.engine.llm_decision(st, target, self._clock()) \
+            if isinstance(target, str) else None
+        if decision is None:
+            options = (self.engine.plan(st, first_round=False).transition_tool or {}) \
+                .get("function", {}).get("parameters", {}).get("properties", {}) \
+                .get("to", {}).get("enum", [])
+            outcome.error = (f"cannot move to {target!r} now; allowed: "
+                             f"{', '.join(options) or 'none'}")
+        else:
+            decisions.append(decision)
+            outcome.ok = True
+            outcome.result = {"stage": decision.to_stage}
+        outcome.duration_ms = round((time.monotonic() - started) * 1000, 3)
+        return outcome
+
+    def _record(self, ctx: TurnContext, outcomes: list[ToolOutcome],
+                turn_msgs: list[dict[str, Any]]) -> None:
+        for outcome in outcomes:
+            message = {"role": "tool", "tool_call_id": outcome.call_id,
+                       "content": outcome.content()}
+            ctx.pending.append(message)
+            turn_msgs.append(message)
+
+    async def _announce(self, ctx: TurnContext, st: PlaybookState,
+                        decision: Decision) -> list[str]:
+        """Emit ``stage-change`` for a fired transition; return its texts to speak."""
+        if decision.clear_history:
+            st.history_from = len(ctx.history)
+        self._save(ctx, st)
+        if decision.changed:
+            await ctx.emit(StageChange(from_=decision.from_stage, to=decision.to_stage,
+                                       reason=decision.reason))
+        return [say.strip() + " " for say in decision.say if say.strip()]
+
+    async def _classify(self, st: PlaybookState, ctx: TurnContext, text: str,
+                        intents: list[str]) -> str | None:
+        """Ask the LLM which intent the user turn expresses (``none`` when no intent fits)."""
+        described = "\n".join(f"- {n}: {self.playbook.intents.get(n, '')}" for n in intents)
+        prompt = (self.playbook.globals.intent_prompt or
+                  "Classify the user's last message. Answer with the intent that fits, or "
+                  "'none'.") + "\nIntents:\n" + described
+        tool = {"type": "function", "function": {
+            "name": INTENT_TOOL, "description": "Report the intent of the user's message.",
+            "parameters": {"type": "object", "properties": {
+                "intent": {"type": "string", "enum": [*intents, "none"]}},
+                "required": ["intent"]}}}
+        request = ChatRequest(messages=[{"role": "system", "content": prompt},
+                                        {"role": "user", "content": text}],
+                              model=self.engine.plan(st, first_round=True).model,
+                              temperature=0.0, max_tokens=40, tools=[tool],
+                              tool_choice={"type": "function", "function": {"name": INTENT_TOOL}},
+                              timeout_s=self._timeout_s)
+        try:
+            result = await self._router.complete(request)
+        except LLMError as exc:
+            log.warning("intent classification failed: %s", exc)
+            return None
+        _add_usage(ctx, result.usage)
+        for call in result.tool_calls:
+            args = _loose_args(call.arguments)
+            if args.get("intent") in intents:
+                return args["intent"]
+        answer = result.text.lower()
+        found = [n for n in intents if n.lower() in answer]
+        return found[0] if len(found) == 1 else None
+
+    def _save(self, ctx: TurnContext, st: PlaybookState) -> None:
+        ctx.state.update(st.to_dict())
+
+
+def _first(*values: float | None) -> float | None:
+    return next((v for v in values if v is not None), None)
+
+
+def _text_of(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):
+        return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return str(content or "")
+
+
+def _loose_args(raw: str) -> dict[str, Any]:
+    """The arguments as an object for display (``{}`` when the model produced garbage)."""
+    try:
+        value = json.loads(raw or "{}")
+    except (json.JSONDecodeError, TypeError):
+        return {"_raw": str(raw)[:500]}
+    return value if isinstance(value, dict) else {"_raw": value}
+
+
+def _add_usage(ctx: TurnContext, usage: Usage | None) -> None:
+    if usage is None:
+        return
+    before = ctx.usage or Usage()
+    ctx.usage = Usage(before.input_tokens + usage.input_tokens,
+                      before.output_tokens + usage.output_tokens)

@@ -1,0 +1,252 @@
+"""Tool runners: validate the model's arguments, then call a Python function or an HTTP webhook.
+
+Nothing a tool does can crash a turn: bad JSON, arguments that break the tool's JSON Schema,
+unknown tools, exceptions, timeouts and HTTP failures all become a ``ToolOutcome`` with ``ok=False``
+and an ``error`` text that is fed back to the model (issue 5, "robustness").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import json
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from jsonschema import Draft202012Validator
+
+from .errors import PlaybookError, ToolError
+from .schema import HttpSpec, Playbook, PythonHandler
+
+__all__ = ["HandlerImportError", "ToolContext", "ToolOutcome", "ToolRunner", "resolve_python"]
+
+MAX_RESULT_CHARS = 8000
+
+
+class HandlerImportError(PlaybookError):
+    """A ``python:`` handler names a module or function that cannot be found."""
+
+
+def resolve_python(spec: str, base_dir: Path | None) -> Callable[..., Any]:
+    """Find ``module:function``: as a ``.py`` file under ``base_dir`` (or its two parents), else
+    on ``sys.path``. The file form lets a playbook folder carry its tools without installing."""
+    module_name, _, func_name = spec.partition(":")
+    module = None
+    rel = Path(*module_name.split(".")).with_suffix(".py")
+    bases = [base_dir, *list(base_dir.resolve().parents)[:2]] if base_dir is not None else []
+    for base in bases:
+        file = Path(base) / rel
+        if file.is_file():
+            digest = hashlib.sha1(f"{file.resolve()}:{file.stat().st_mtime_ns}".encode())
+            name = f"_voice_server_playbook_tools.{module_name}_{digest.hexdigest()[:10]}"
+            module = sys.modules.get(name)
+            if module is None:
+                loader_spec = importlib.util.spec_from_file_location(name, file)
+                if loader_spec is None or loader_spec.loader is None:
+                    raise HandlerImportError(f"cannot load {file}")
+                module = importlib.util.module_from_spec(loader_spec)
+                sys.modules[name] = module  # dataclasses in the module look themselves up here
+                try:
+                    loader_spec.loader.exec_module(module)
+                except Exception as exc:
+                    sys.modules.pop(name, None)
+                    raise HandlerImportError(f"importing {file} failed: "
+                                             f"{type(exc).__name__}: {exc}") from exc
+            break
+    if module is None:
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as exc:
+            raise HandlerImportError(
+                f"cannot import module {module_name!r} ({type(exc).__name__}: {exc}); expected "
+                f"a file {rel} beside the playbook or an importable module") from exc
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise HandlerImportError(f"module {module_name!r} has no function {func_name!r}")
+    return func
+
+
+@dataclass
+class ToolContext:
+    """Passed to a Python handler that declares a ``ctx`` parameter."""
+
+    tool: str
+    call_id: str
+    options: dict[str, Any]
+    data: dict[str, Any]  # the session's playbook data (read it; changes are not persisted)
+    playbook_id: str
+
+
+@dataclass
+class ToolOutcome:
+    name: str
+    call_id: str
+    arguments: dict[str, Any]
+    ok: bool
+    result: Any = None
+    error: str | None = None
+    duration_ms: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def content(self) -> str:
+        """The tool message content the model sees."""
+        payload = self.result if self.ok else {"error": self.error}
+        text = payload if isinstance(payload, str) else json.dumps(payload, default=str)
+        return text[:MAX_RESULT_CHARS]
+
+
+class ToolRunner:
+    """Runs a playbook's tools. ``async with ToolRunner(pb) as runner: await runner.run(...)``.
+
+    ``executor`` runs synchronous Python handlers (default: the loop's executor); the HTTP session
+    is created on first use and closed on exit.
+    """
+
+    def __init__(self, playbook: Playbook, *, executor: Executor | None = None) -> None:
+        self.playbook = playbook
+        self._executor = executor
+        self._funcs: dict[str, Callable[..., Any]] = {}
+        self._validators = {name: Draft202012Validator(tool.parameters)
+                            for name, tool in playbook.tools.items()}
+        self._http: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> ToolRunner:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+
+    def specs(self, names: list[str]) -> list[dict[str, Any]]:
+        """OpenAI ``tools`` entries for the named tools."""
+        out = []
+        for name in names:
+            tool = self.playbook.tools[name]
+            fn: dict[str, Any] = {"name": name, "parameters": tool.parameters}
+            if tool.description:
+                fn["description"] = tool.description
+            out.append({"type": "function", "function": fn})
+        return out
+
+    def check_arguments(self, name: str, raw: str | dict[str, Any]) -> dict[str, Any]:
+        """Parse and validate arguments; raise ``ToolError`` with a message for the model."""
+        if isinstance(raw, str):
+            try:
+                args = json.loads(raw or "{}")
+            except json.JSONDecodeError as exc:
+                raise ToolError(f"arguments are not valid JSON ({exc.msg}); call {name} again "
+                                f"with a JSON object") from None
+        else:
+            args = raw
+        if not isinstance(args, dict):
+            raise ToolError(f"arguments must be a JSON object; call {name} again")
+        problems = sorted(self._validators[name].iter_errors(args), key=lambda e: list(e.path))
+        if problems:
+            detail = "; ".join(
+                (".".join(str(p) for p in e.path) + ": " if e.path else "") + e.message
+                for e in problems[:3])
+            raise ToolError(f"invalid arguments for {name}: {detail}. Call {name} again with "
+                            f"arguments matching its schema")
+        return args
+
+    async def run(self, name: str, raw_arguments: str | dict[str, Any], *, call_id: str,
+                  data: dict[str, Any] | None = None) -> ToolOutcome:
+        """Run one call; never raises except ``CancelledError``."""
+        started = time.monotonic()
+        outcome = ToolOutcome(name=name, call_id=call_id, arguments={}, ok=False)
+        try:
+            if name not in self.playbook.tools:
+                raise ToolError(f"unknown tool {name!r}; available tools: "
+                                f"{', '.join(sorted(self.playbook.tools)) or 'none'}")
+            outcome.arguments = self.check_arguments(name, raw_arguments)
+            handler = self.playbook.tools[name].handler
+            if isinstance(handler, PythonHandler):
+                result = await self._run_python(name, handler, outcome.arguments, call_id,
+                                                dict(data or {}))
+            else:
+                result = await self._run_http(name, handler.http, outcome.arguments, call_id,
+                                              dict(data or {}))
+            outcome.result = json.loads(json.dumps(result, default=str))
+            outcome.ok = True
+        except ToolError as exc:
+            outcome.error = str(exc)
+        except HandlerImportError as exc:
+            outcome.error = f"tool {name} is not available: {exc}"
+        except Exception as exc:  # a handler bug must not end the turn
+            outcome.error = f"tool {name} failed: {type(exc).__name__}: {exc}"
+        outcome.duration_ms = round((time.monotonic() - started) * 1000, 3)
+        return outcome
+
+    def _python_func(self, name: str, handler: PythonHandler) -> Callable[..., Any]:
+        func = self._funcs.get(name)
+        if func is None:
+            func = self._funcs[name] = resolve_python(handler.python, self.playbook.base_dir)
+        return func
+
+    async def _run_python(self, name: str, handler: PythonHandler, args: dict[str, Any],
+                          call_id: str, data: dict[str, Any]) -> Any:
+        func = self._python_func(name, handler)
+        kwargs = dict(args)
+        if "ctx" in inspect.signature(func).parameters:
+            kwargs["ctx"] = ToolContext(tool=name, call_id=call_id, options=handler.options,
+                                        data=data, playbook_id=self.playbook.id)
+        try:
+            async with asyncio.timeout(handler.timeout_s):
+                if inspect.iscoroutinefunction(func):
+                    return await func(**kwargs)
+                loop = asyncio.get_running_loop()
+                return await loop.run_in_executor(self._executor,
+                                                  functools.partial(func, **kwargs))
+        except TimeoutError:
+            raise ToolError(f"tool {name} timed out after {handler.timeout_s:g} s") from None
+        except TypeError as exc:
+            raise ToolError(f"tool {name} rejected its arguments: {exc}") from None
+
+    async def _run_http(self, name: str, spec: HttpSpec, args: dict[str, Any], call_id: str,
+                        data: dict[str, Any]) -> Any:
+        if self._http is None:
+            self._http = aiohttp.ClientSession()
+        body = {"tool": name, "call_id": call_id, "arguments": args, "data": data}
+        last = "no attempt"
+        for attempt in range(spec.retries + 1):
+            if attempt:
+                await asyncio.sleep(min(0.1 * 2 ** (attempt - 1), 1.0))  # retry backoff
+            try:
+                async with asyncio.timeout(spec.timeout_s):
+                    kw: dict[str, Any] = {"headers": spec.headers}
+                    if spec.method == "GET":
+                        kw["params"] = {k: v if isinstance(v, str) else json.dumps(v)
+                                        for k, v in args.items()}
+                    else:
+                        kw["json"] = body
+                    async with self._http.request(spec.method, spec.url, **kw) as resp:
+                        text = await resp.text()
+                        if resp.status >= 500:
+                            last = f"HTTP {resp.status}"
+                            continue
+                        if resp.status >= 400:
+                            raise ToolError(f"tool {name} webhook answered HTTP {resp.status}: "
+                                            f"{text[:200]}")
+                        try:
+                            return json.loads(text) if text else None
+                        except json.JSONDecodeError:
+                            return text
+            except TimeoutError:
+                last = f"timed out after {spec.timeout_s:g} s"
+            except aiohttp.ClientError as exc:
+                last = f"{type(exc).__name__}"
+        raise ToolError(f"tool {name} webhook failed after {spec.retries + 1} attempt(s): {last}")

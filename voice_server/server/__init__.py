@@ -1,0 +1,1 @@
+"""The asyncio edge: HTTP routes + WebSocket signaling on one port, sessions, WebRTC."""

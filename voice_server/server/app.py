@@ -1,0 +1,239 @@
+"""The voice server: one asyncio process serving HTTP routes and WebSocket signaling on one port.
+
+``async with VoiceServer(settings) as server:`` loads the models, opens the session store and
+starts listening; leaving the block closes every connection and task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from websockets.asyncio.server import Server, ServerConnection, serve
+
+from .. import __version__
+from ..compute import ComputePool
+from ..config import Settings
+from ..llm.factory import build_router
+from ..metrics import Metrics, TurnRecord
+from ..pipeline.stt import WhisperSTT
+from ..pipeline.tts import PiperTTS
+from ..pipeline.turn import ChatResponder, Responder
+from ..playbook import PlaybookRegistry, PlaybookResponder
+from ..protocol import VisionAttachment
+from .connection import Connection
+from .http import HttpRoutes
+from .sessions import InMemorySessionStore, Session
+
+__all__ = ["VoiceServer", "run_forever"]
+
+log = logging.getLogger(__name__)
+
+WEB_CLIENT_DIR = Path(__file__).resolve().parents[2] / "web_client"
+PLAYBOOKS_DIR = Path(__file__).resolve().parents[2] / "playbooks"
+
+
+class VoiceServer:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.metrics = Metrics()
+        self.pool = ComputePool(settings.compute_workers)
+        self.stt = WhisperSTT(self.pool, model=settings.stt_model,
+                              compute_type=settings.stt_compute_type,
+                              beam_size=settings.stt_beam_size, language=settings.stt_language,
+                              threads=settings.stt_threads)
+        self.tts = PiperTTS(self.pool, voice=settings.tts_voice, threads=settings.tts_threads)
+        self.router = build_router(settings)
+        self.sessions = InMemorySessionStore(ttl_s=settings.session_ttl_s)
+        self.rtc_factory: Any = None  # set by the WebRTC module when aiortc is usable
+        self.live: dict[str, Connection] = {}
+        self.last_turns: collections.deque[TurnRecord] = collections.deque(maxlen=200)
+        self._responder = ChatResponder(
+            self.router, system_prompt=settings.system_prompt, model=settings.llm_model,
+            temperature=settings.llm_temperature, max_tokens=settings.llm_max_tokens,
+            max_history=settings.max_history_messages, timeout_s=settings.llm_timeout_s)
+        folder = Path(settings.playbooks_dir) if settings.playbooks_dir else PLAYBOOKS_DIR
+        self.playbooks = PlaybookRegistry(folder) if folder.is_dir() else None
+        self._playbook_responders: dict[tuple[str, int], PlaybookResponder] = {}
+        self._server: Server | None = None
+        self._started = time.monotonic()
+        self.routes = HttpRoutes(health=self.health, metrics=self.metrics.render,
+                                 static_dir=WEB_CLIENT_DIR,
+                                 allowed_origins=settings.allowed_origins,
+                                 extra={"/playbooks": self._list_playbooks})
+
+    # ---- lifecycle --------------------------------------------------------------------------
+    async def __aenter__(self) -> VoiceServer:
+        await self.sessions.__aenter__()
+        if self.playbooks is not None:
+            await self.playbooks.__aenter__()
+            if self.playbooks.errors:
+                log.warning("invalid playbooks (not served): %s", sorted(self.playbooks.errors))
+        if self.settings.preload_models:
+            await self.load_models()
+        from .rtc import rtc_factory  # noqa: PLC0415 - optional: aiortc is a heavy import
+
+        self.rtc_factory = rtc_factory(self)
+        self._server = await serve(
+            self._handle, self.settings.host, self.settings.port,
+            process_request=self.routes, max_size=2 * self.settings.max_message_bytes,
+            compression=None, ping_interval=20, ping_timeout=20, server_header=None)
+        log.info("voice-server %s listening on ws://%s:%d/ws", __version__, self.settings.host,
+                 self.port)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._server is not None:
+            self._server.close(close_connections=True)
+            await self._server.wait_closed()
+            self._server = None
+        for conn in list(self.live.values()):
+            await conn.close()
+        await self.sessions.aclose()
+        if self.playbooks is not None:
+            await self.playbooks.aclose()
+        for responder in self._playbook_responders.values():
+            await responder.aclose()
+        await self.router.aclose()
+        self.pool.close()
+
+    async def load_models(self) -> None:
+        started = time.monotonic()
+        await asyncio.gather(self.stt.load(), self.tts.load(), self._warm_llm())
+        log.info("models loaded and warm in %.1f s", time.monotonic() - started)
+
+    async def _warm_llm(self) -> None:
+        provider = self.router.default_provider
+        load = getattr(provider, "load", None)
+        if load is not None:
+            await load()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return self._server.sockets[0].getsockname()[1]  # type: ignore[index]
+
+    # ---- per-connection ---------------------------------------------------------------------
+    async def _handle(self, ws: ServerConnection) -> None:
+        self.metrics.connections.inc()
+        await Connection(ws, self).run()
+
+    def attach(self, session_id: str, conn: Connection) -> None:
+        self.live[session_id] = conn
+        self.metrics.sessions.set(len(self.live))
+
+    def detach(self, session_id: str, conn: Connection) -> None:
+        if self.live.get(session_id) is conn:
+            del self.live[session_id]
+        self.metrics.sessions.set(len(self.live))
+
+    async def take_over(self, session_id: str, conn: Connection) -> None:
+        """A reconnect claimed this session: the previous connection (if any) lets go."""
+        previous = self.live.get(session_id)
+        self.attach(session_id, conn)
+        if previous is not None and previous is not conn:
+            await previous.interrupt()
+            previous.session = None
+            await previous.ws.close(4000, "session resumed on another connection")
+
+    def ice_servers_for(self, session_id: str) -> list[dict[str, Any]]:
+        return list(self.settings.ice_servers)
+
+    def playbook_known(self, playbook_id: str) -> bool:
+        return self.playbooks is not None and playbook_id in self.playbooks
+
+    def responder_for(self, session: Session) -> Responder:
+        """The session's playbook (current version) or the plain chat responder."""
+        playbook_id = session.meta.get("playbook")
+        if not playbook_id or not self.playbook_known(playbook_id):
+            return self._responder
+        assert self.playbooks is not None
+        key = (playbook_id, self.playbooks.version)
+        responder = self._playbook_responders.get(key)
+        if responder is None:
+            s = self.settings
+            responder = PlaybookResponder(
+                self.playbooks.get(playbook_id), self.router,
+                max_history=s.max_history_messages, timeout_s=s.llm_timeout_s,
+                model=s.llm_model, temperature=s.llm_temperature, max_tokens=s.llm_max_tokens,
+                executor=self.pool.executor)
+            self._playbook_responders[key] = responder
+        return responder
+
+    def may_interrupt(self, session: Session) -> bool:
+        """Barge-in is allowed unless the session's playbook says the agent may not be cut."""
+        responder = self.responder_for(session)
+        check = getattr(responder, "interruptible", None)
+        return True if check is None else bool(check(session.state))
+
+    def turn_taking(self, session: Session) -> dict[str, Any]:
+        """VAD overrides of the session's current playbook stage (may be empty)."""
+        responder = self.responder_for(session)
+        overrides = getattr(responder, "turn_taking", None)
+        return dict(overrides(session.state)) if overrides is not None else {}
+
+    async def _list_playbooks(self, request: Any) -> Any:
+        from http import HTTPStatus
+
+        from .http import json_response
+
+        items = self.playbooks.list() if self.playbooks is not None else []
+        return json_response(HTTPStatus.OK, {"default": self.settings.default_playbook,
+                                             "playbooks": items})
+
+    def user_message(self, text: str, attachments: list[VisionAttachment]) -> dict[str, Any]:
+        if not attachments:
+            return {"role": "user", "content": text}
+        if not self.router.supports_vision(self.settings.llm_model):
+            log.warning("dropping %d image attachment(s): the LLM does not accept images",
+                        len(attachments))
+            return {"role": "user", "content": text}
+        parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
+        for att in attachments:
+            url = att.data if att.data.startswith(("data:", "http://", "https://")) else \
+                f"data:{att.mime_type or 'image/jpeg'};base64,{att.data}"
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+        return {"role": "user", "content": parts}
+
+    async def health(self) -> dict[str, Any]:
+        llm = await self.router.health()
+        models = {
+            "stt": {"status": "ok" if self.stt.loaded else "not_loaded",
+                    "model": self.stt.model_ref},
+            "tts": {"status": "ok" if self.tts.loaded else "not_loaded",
+                    "voice": str(self.tts.voice_path)},
+            "llm": llm,
+        }
+        failed = any(v.get("status") == "failed" for v in llm.values())
+        return {
+            "status": "degraded" if failed else "ok",
+            "version": __version__,
+            "uptime_s": round(time.monotonic() - self._started, 1),
+            "models": models,
+            "stores": {"sessions": {"status": "ok", "kind": "memory",
+                                    "count": await self.sessions.count()}},
+            "webrtc": self.rtc_factory is not None,
+            "connections": len(self.live),
+        }
+
+
+async def run_forever(settings: Settings) -> None:
+    """Serve until SIGINT/SIGTERM."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    async with VoiceServer(settings) as server:
+        print(f"voice-server ready: ws://{settings.host}:{server.port}/ws  "
+              f"(page: http://{settings.host}:{server.port}/)", flush=True)
+        await stop.wait()

@@ -1,0 +1,271 @@
+"""One WebSocket connection speaking llmrtc v1 (spec: "Connection Lifecycle").
+
+Sends ``ready`` at once; answers ``ping``; recovers sessions on ``reconnect``; runs utterances
+(``audio`` messages, or VAD segments from WebRTC) through STT and a ``Turn``; closes after
+``idle_timeout_s`` without a message. Malformed input gets ``error{INVALID_MESSAGE}`` and the
+connection stays open; unknown message types are logged and ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
+
+import numpy as np
+from websockets.exceptions import ConnectionClosed
+
+from ..metrics import TurnRecord
+from ..pipeline.audio import AudioFormatError, decode_base64_wav
+from ..pipeline.speech import ChunkMessageOutput, SpeechOutput
+from ..pipeline.stt import STTError
+from ..pipeline.turn import Turn, TurnContext
+from ..protocol import (
+    Attachments,
+    Audio,
+    Error,
+    ErrorCode,
+    Message,
+    Offer,
+    Ping,
+    Pong,
+    ProtocolError,
+    Ready,
+    Reconnect,
+    ReconnectAck,
+    Transcript,
+    UnknownMessage,
+    VisionAttachment,
+    encode,
+    parse_client,
+)
+from .sessions import Session
+
+if TYPE_CHECKING:
+    from websockets.asyncio.server import ServerConnection
+
+    from .app import VoiceServer
+
+__all__ = ["Connection"]
+
+log = logging.getLogger(__name__)
+
+# Payload messages also go to the data channel (spec: "Transport Channels").
+SIGNALING_TYPES = {"ready", "pong", "signal", "reconnect-ack"}
+
+
+class Connection:
+    def __init__(self, ws: ServerConnection, server: VoiceServer) -> None:
+        self.ws = ws
+        self.server = server
+        self.settings = server.settings
+        self.session: Session | None = None
+        self.rtc: Any = None  # RtcPeer once an offer arrived
+        self._attachments: list[VisionAttachment] = []
+        self._job: asyncio.Task[None] | None = None
+        self._turn: Turn | None = None
+        self._closed = False
+        self._send_lock = asyncio.Lock()
+
+    # ---- sending: one place, both channels ------------------------------------------------
+    async def send(self, message: Message) -> None:
+        text = encode(message)
+        if isinstance(message, Error):
+            self.server.metrics.errors.labels(message.code.value).inc()
+        async with self._send_lock:
+            with contextlib.suppress(ConnectionClosed):
+                await self.ws.send(text)
+            if self.rtc is not None and message.type not in SIGNALING_TYPES:
+                self.rtc.send_data(text)
+
+    async def send_error(self, code: ErrorCode, message: str) -> None:
+        await self.send(Error(code=code, message=message))
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+    def _requested_playbook(self) -> str | None:
+        request = getattr(self.ws, "request", None)
+        query = parse_qs(urlsplit(request.path).query) if request is not None else {}
+        values = query.get("playbook")
+        return values[0] if values else self.settings.default_playbook
+
+    async def run(self) -> None:
+        self.session = await self.server.sessions.create()
+        self.server.attach(self.session.id, self)
+        await self.send(Ready(id=self.session.id, protocol_version=1,
+                              ice_servers=self.server.ice_servers_for(self.session.id)))
+        playbook = self._requested_playbook()
+        if playbook:
+            if self.server.playbook_known(playbook):
+                self.session.meta["playbook"] = playbook
+            else:
+                await self.send_error(ErrorCode.PLAYBOOK_ERROR,
+                                      f"unknown playbook {playbook!r}; using plain chat")
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(self.settings.idle_timeout_s):
+                        raw = await self.ws.recv()
+                except TimeoutError:
+                    log.info("closing idle connection (session %s)", self.session.id)
+                    await self.ws.close(1000, "idle timeout")
+                    return
+                except ConnectionClosed:
+                    return
+                await self.handle_raw(raw)
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self.interrupt()
+        if self.rtc is not None:
+            await self.rtc.close()
+            self.rtc = None
+        if self.session is not None:
+            self.server.detach(self.session.id, self)
+            await self.server.sessions.save(self.session)
+
+    # ---- inbound --------------------------------------------------------------------------
+    async def handle_raw(self, raw: str | bytes) -> None:
+        if len(raw) > self.settings.max_message_bytes:
+            await self.send_error(ErrorCode.INVALID_MESSAGE,
+                                  f"message of {len(raw)} bytes exceeds the limit of "
+                                  f"{self.settings.max_message_bytes} bytes")
+            return
+        try:
+            message = parse_client(raw)
+        except ProtocolError as exc:
+            await self.send_error(exc.code, str(exc))
+            return
+        await self.handle(message)
+
+    async def handle(self, message: Message | UnknownMessage) -> None:
+        """Dispatch one parsed client message (from the WebSocket or the data channel)."""
+        try:
+            match message:
+                case Ping():
+                    await self.send(Pong(timestamp=message.timestamp))
+                case Reconnect():
+                    await self._reconnect(message.session_id)
+                case Audio():
+                    await self._on_audio(message)
+                case Attachments():
+                    self._queue_attachments(message.attachments)
+                case Offer():
+                    await self._on_offer(message)
+                case UnknownMessage():
+                    log.info("ignoring unknown message type %r", message.type)
+        except ProtocolError as exc:
+            await self.send_error(exc.code, str(exc))
+        except Exception:
+            log.exception("failed to handle %s", getattr(message, "type", "?"))
+            await self.send_error(ErrorCode.INTERNAL_ERROR, "the server failed to handle "
+                                  "that message")
+
+    async def _reconnect(self, session_id: str) -> None:
+        assert self.session is not None
+        old = await self.server.sessions.get(session_id)
+        if old is None:
+            await self.send(ReconnectAck(success=False, session_id=self.session.id,
+                                         history_recovered=False))
+            return
+        if old.id != self.session.id:
+            await self.interrupt()
+            fresh = self.session
+            self.server.detach(fresh.id, self)
+            if not fresh.history:
+                await self.server.sessions.delete(fresh.id)
+            self.session = old
+            await self.server.take_over(old.id, self)
+        await self.send(ReconnectAck(success=True, session_id=old.id, history_recovered=True))
+
+    def _queue_attachments(self, attachments: list[VisionAttachment]) -> None:
+        size = sum(len(a.data) for a in self._attachments + attachments)
+        if size > self.settings.max_attachment_bytes:
+            raise ProtocolError(ErrorCode.INVALID_MESSAGE,
+                                f"attachments exceed {self.settings.max_attachment_bytes} bytes")
+        self._attachments.extend(attachments)
+
+    async def _on_audio(self, message: Audio) -> None:
+        if message.attachments:
+            self._queue_attachments(message.attachments)
+        try:
+            pcm = await self.server.pool.run(
+                lambda: decode_base64_wav(message.data,
+                                          max_seconds=self.settings.max_audio_seconds))
+        except AudioFormatError as exc:
+            await self.send_error(ErrorCode.INVALID_AUDIO_FORMAT, str(exc))
+            return
+        await self.start_utterance(pcm, ChunkMessageOutput(self.send))
+
+    async def _on_offer(self, message: Offer) -> None:
+        rtc_factory = self.server.rtc_factory
+        if rtc_factory is None:
+            await self.send_error(ErrorCode.WEBRTC_UNAVAILABLE,
+                                  "WebRTC is not available on this server; use audio messages")
+            return
+        if self.rtc is None:
+            self.rtc = rtc_factory(self)
+        await self.rtc.handle_offer(message.signal)
+
+    # ---- utterances and turns ---------------------------------------------------------------
+    async def interrupt(self) -> bool:
+        """The one cancellation path: stop the running turn (and its STT) now."""
+        cut = False
+        if self._turn is not None and not self._turn.done:
+            cut = await self._turn.cancel()
+        job, self._job = self._job, None
+        if job is not None and not job.done():
+            if self._turn is None or self._turn.done:
+                job.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await job
+        return cut
+
+    @property
+    def current_turn(self) -> Turn | None:
+        return self._turn
+
+    async def start_utterance(self, pcm: np.ndarray, output: SpeechOutput,
+                              record: TurnRecord | None = None) -> None:
+        """Supersede any running turn and answer this 16 kHz utterance."""
+        await self.interrupt()
+        assert self.session is not None
+        record = record or TurnRecord(session_id=self.session.id)
+        attachments, self._attachments = self._attachments, []
+        self._job = asyncio.create_task(self._answer(pcm, output, record, attachments),
+                                        name=f"utterance-{self.session.id}")
+
+    async def _answer(self, pcm: np.ndarray, output: SpeechOutput, record: TurnRecord,
+                      attachments: list[VisionAttachment]) -> None:
+        session = self.session
+        assert session is not None
+        try:
+            text = await self.server.stt.transcribe(pcm)
+        except STTError as exc:
+            record.error = "STT_ERROR"
+            await self.send_error(ErrorCode.STT_ERROR, str(exc))
+            self.server.metrics.record_turn(record)
+            return
+        record.stt_done = time.monotonic()
+        record.transcript = text
+        await self.send(Transcript(text=text, is_final=True))
+        if not text.strip():
+            return
+        ctx = TurnContext(history=session.history, emit=self.send,
+                          user_message=self.server.user_message(text, attachments),
+                          state=session.state)
+        turn = Turn(ctx=ctx, responder=self.server.responder_for(session), tts=self.server.tts,
+                    output=output, record=record)
+        self._turn = turn
+        turn.start()
+        await turn.wait()
+        await self.server.sessions.append_history(session, turn.committed)
+        await self.server.sessions.save(session)  # playbook state changed in place
+        self.server.metrics.record_turn(record)
+        self.server.last_turns.append(record)

@@ -1,0 +1,267 @@
+"""WebRTC media for one connection with aiortc (spec: "Transport Channels").
+
+Signaling is non-trickle: ``offer`` -> ``signal{answer}`` once candidates are gathered; a second
+offer on an open connection (the reference client re-offers when its mic starts) is answered on
+the same ``RTCPeerConnection``. Inbound audio is resampled to 16 kHz mono and fed to a streaming
+VAD; confirmed speech while the agent talks is a barge-in. Outbound audio is one paced track per
+session. Payload messages are mirrored to the data channel; client messages arriving on it are
+handled like WebSocket ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamError
+
+from ..metrics import TurnRecord
+from ..pipeline.audio import STT_RATE, Resampler
+from ..pipeline.vad import StreamingVAD, VADSettings
+from ..protocol import (
+    ErrorCode,
+    ProtocolError,
+    SessionDescription,
+    Signal,
+    SpeechEnd,
+    SpeechStart,
+    Transcript,
+    parse_client,
+)
+from .rtc_audio import OutboundAudioTrack, RtcSpeechOutput
+
+if TYPE_CHECKING:
+    from .app import VoiceServer
+    from .connection import Connection
+
+__all__ = ["RtcPeer", "rtc_factory", "strip_mdns_candidates"]
+
+log = logging.getLogger(__name__)
+
+INTERIM_AFTER_S = 1.5
+INTERIM_EVERY_S = 1.0
+
+
+def strip_mdns_candidates(sdp: str) -> str:
+    """Drop ``.local`` (mDNS) candidates: resolving them can stall negotiation, and the peer's
+    checks to our candidates reveal its address anyway (peer-reflexive)."""
+    lines = sdp.splitlines()
+    kept = [ln for ln in lines
+            if not (ln.startswith("a=candidate:") and len(ln.split()) > 4
+                    and ln.split()[4].endswith(".local"))]
+    return "\r\n".join(kept) + "\r\n"
+
+
+def _ice_servers(config: list[dict[str, Any]]) -> list[RTCIceServer]:
+    servers = []
+    for entry in config:
+        servers.append(RTCIceServer(urls=entry["urls"], username=entry.get("username"),
+                                    credential=entry.get("credential")))
+    return servers
+
+
+def _restrict_host_addresses(pc: RTCPeerConnection, addresses: list[str]) -> None:
+    """Gather host candidates only on ``addresses`` (loopback allowed), per connection."""
+    for transceiver in pc.getTransceivers():
+        _restrict_transport(transceiver.sender.transport, addresses)
+    sctp = pc.sctp
+    if sctp is not None:
+        _restrict_transport(sctp.transport, addresses)
+
+
+def _restrict_transport(dtls: Any, addresses: list[str]) -> None:
+    if dtls is None:
+        return
+    connection = dtls.transport.iceGatherer._connection  # aioice.Connection
+    if getattr(connection, "_voice_restricted", False):
+        return
+    original = connection.get_component_candidates
+    allowed = list(addresses)
+
+    def only_configured(*, component: int, addresses: list[str], timeout: int = 5):
+        return original(component=component, addresses=allowed, timeout=timeout)
+
+    connection.get_component_candidates = only_configured
+    connection._voice_restricted = True
+
+
+class RtcPeer:
+    def __init__(self, conn: Connection, server: VoiceServer) -> None:
+        self._conn = conn
+        self._server = server
+        settings = server.settings
+        self._host_addresses = settings.ice_host_addresses
+        self.pc = RTCPeerConnection(RTCConfiguration(
+            iceServers=_ice_servers(settings.ice_servers)))
+        self.outbound = OutboundAudioTrack()
+        self._outbound_added = False
+        self.channel: Any = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._lock = asyncio.Lock()
+        self._interim: asyncio.Task[None] | None = None
+        self._closed = False
+        self.pc.on("datachannel", self._on_datachannel)
+        self.pc.on("track", self._on_track)
+
+    # ---- signaling -----------------------------------------------------------------------
+    async def handle_offer(self, signal: SessionDescription) -> None:
+        if signal.type != "offer":
+            raise ProtocolError(ErrorCode.INVALID_MESSAGE, "offer.signal.type must be 'offer'")
+        async with self._lock:
+            try:
+                offer = RTCSessionDescription(sdp=strip_mdns_candidates(signal.sdp), type="offer")
+                await self.pc.setRemoteDescription(offer)
+                self._attach_outbound()
+                if self._host_addresses:
+                    _restrict_host_addresses(self.pc, self._host_addresses)
+                answer = await self.pc.createAnswer()
+                await self.pc.setLocalDescription(answer)
+            except ProtocolError:
+                raise
+            except Exception as exc:
+                log.warning("WebRTC negotiation failed: %s", exc)
+                raise ProtocolError(ErrorCode.CONNECTION_FAILED,
+                                    f"WebRTC negotiation failed: {exc}") from None
+            local = self.pc.localDescription
+            await self._conn.send(Signal(signal=SessionDescription(type=local.type,
+                                                                   sdp=local.sdp)))
+
+    def _attach_outbound(self) -> None:
+        if self._outbound_added:
+            return
+        for transceiver in self.pc.getTransceivers():
+            if transceiver.kind == "audio" and transceiver.sender.track is None:
+                self.pc.addTrack(self.outbound)
+                self._outbound_added = True
+                return
+
+    # ---- data channel ----------------------------------------------------------------------
+    def _on_datachannel(self, channel: Any) -> None:
+        self.channel = channel
+
+        @channel.on("message")
+        def on_message(data: str | bytes) -> None:
+            self._spawn(self._handle_data(data), "datachannel-message")
+
+    async def _handle_data(self, data: str | bytes) -> None:
+        if len(data) > self._server.settings.max_message_bytes:
+            await self._conn.send_error(ErrorCode.INVALID_MESSAGE, "data channel message too "
+                                        "large")
+            return
+        try:
+            message = parse_client(data)
+        except ProtocolError as exc:
+            await self._conn.send_error(exc.code, str(exc))
+            return
+        await self._conn.handle(message)
+
+    def send_data(self, text: str) -> None:
+        channel = self.channel
+        if channel is not None and channel.readyState == "open":
+            try:
+                channel.send(text)
+            except Exception as exc:  # a closing channel must not break the WebSocket path
+                log.debug("data channel send failed: %s", exc)
+
+    # ---- inbound audio -----------------------------------------------------------------------
+    def _on_track(self, track: Any) -> None:
+        if track.kind == "audio":
+            self._spawn(self._listen(track), "inbound-audio")
+
+    def vad_settings(self) -> VADSettings:
+        """Server defaults, overridden by the current playbook stage's ``turn_taking``."""
+        s = self._server.settings
+        values = {"aggressiveness": s.vad_aggressiveness, "min_speech_ms": s.vad_min_speech_ms,
+                  "end_silence_ms": s.vad_end_silence_ms, "pre_roll_ms": s.vad_pre_roll_ms}
+        session = self._conn.session
+        if session is not None:
+            overrides = self._server.turn_taking(session)
+            values.update({k: v for k, v in overrides.items() if k in values and v is not None})
+        return VADSettings(max_utterance_s=s.max_audio_seconds, **values)
+
+    async def _listen(self, track: Any) -> None:
+        vad = StreamingVAD(self.vad_settings())
+        resampler = Resampler(STT_RATE)
+        record: TurnRecord | None = None
+        last_interim = 0.0
+        while True:
+            try:
+                frame = await track.recv()
+            except MediaStreamError:
+                return
+            pcm = resampler.push_frame(frame)
+            for event in vad.feed(pcm):
+                if event.kind == "start":
+                    record = await self._speech_started()
+                    last_interim = time.monotonic()
+                else:
+                    await self._speech_ended(event.pcm, record)
+                    record = None
+                    if (wanted := self.vad_settings()) != vad.settings:  # stage changed
+                        vad = StreamingVAD(wanted)
+            if (vad.speaking and self._server.settings.interim_transcripts
+                    and vad.time_s and time.monotonic() - last_interim >= INTERIM_EVERY_S
+                    and len(vad.utterance_so_far()) >= INTERIM_AFTER_S * STT_RATE
+                    and (self._interim is None or self._interim.done())):
+                last_interim = time.monotonic()
+                self._interim = self._spawn(self._interim_transcript(vad.utterance_so_far()),
+                                            "interim-transcript")
+
+    async def _speech_started(self) -> TurnRecord:
+        conn = self._conn
+        await conn.send(SpeechStart())
+        record = TurnRecord(session_id=conn.session.id if conn.session else "?")
+        turn = conn.current_turn
+        if (turn is not None and not turn.done and conn.session is not None
+                and self._server.may_interrupt(conn.session)):  # confirmed speech: barge in
+            turn.record.barge_in_detected = time.monotonic()
+            await conn.interrupt()
+        return record
+
+    async def _speech_ended(self, pcm: Any, record: TurnRecord | None) -> None:
+        conn = self._conn
+        if self._interim is not None and not self._interim.done():
+            self._interim.cancel()
+        await conn.send(SpeechEnd())
+        record = record or TurnRecord(session_id=conn.session.id if conn.session else "?")
+        record.speech_end = time.monotonic()
+        record.started = record.speech_end
+        await conn.start_utterance(pcm, RtcSpeechOutput(self.outbound, conn.send), record)
+
+    async def _interim_transcript(self, pcm: Any) -> None:
+        text = await self._server.stt.transcribe(pcm)
+        if text.strip() and self._conn.rtc is self:
+            await self._conn.send(Transcript(text=text, is_final=False))
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task[None]:
+        task = asyncio.create_task(coro, name=f"rtc-{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.outbound.flush()
+        self.outbound.stop()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.pc.close()
+
+
+def rtc_factory(server: VoiceServer):
+    """The per-connection WebRTC constructor the server uses for ``offer`` messages."""
+
+    def make(conn: Connection) -> RtcPeer:
+        return RtcPeer(conn, server)
+
+    return make

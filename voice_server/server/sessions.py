@@ -1,0 +1,124 @@
+"""Sessions outlive connections for a TTL, behind the ``SessionStore`` interface.
+
+A session id is an unguessable 128-bit random token; a reconnect with an unknown or expired id
+never adopts the client's id (spec: "Session Reconnection"; DESIGN.md "Sessions").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+__all__ = ["InMemorySessionStore", "Session", "SessionStore", "new_session_id"]
+
+
+def new_session_id() -> str:
+    return secrets.token_urlsafe(16)  # 128 bits
+
+
+@dataclass
+class Session:
+    id: str
+    history: list[dict[str, Any]] = field(default_factory=list)
+    state: dict[str, Any] = field(default_factory=dict)  # playbook stage, data, counters
+    meta: dict[str, Any] = field(default_factory=dict)  # playbook id, principal, ...
+    created_at: float = field(default_factory=time.time)
+    touched_at: float = field(default_factory=time.monotonic)
+
+
+class SessionStore(Protocol):
+    ttl_s: float
+
+    async def create(self) -> Session: ...
+
+    async def get(self, session_id: str) -> Session | None:
+        """The live session, or None if unknown or expired."""
+        ...
+
+    async def append_history(self, session: Session, messages: list[dict[str, Any]]) -> None:
+        """Add messages at the end of a session's history (small, incremental writes)."""
+        ...
+
+    async def save(self, session: Session) -> None:
+        """Persist state/meta changes and refresh the TTL."""
+        ...
+
+    async def delete(self, session_id: str) -> None: ...
+
+    async def count(self) -> int: ...
+
+    async def aclose(self) -> None: ...
+
+
+class InMemorySessionStore:
+    """Sessions in a dict; expired ones are removed on access and by a periodic sweep."""
+
+    def __init__(self, *, ttl_s: float, sweep_every_s: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._sessions: dict[str, Session] = {}
+        self._sweep_every_s = sweep_every_s
+        self._sweeper: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> InMemorySessionStore:
+        self._sweeper = asyncio.create_task(self._sweep_loop(), name="session-sweeper")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def _expired(self, session: Session) -> bool:
+        return self._clock() - session.touched_at > self.ttl_s
+
+    async def create(self) -> Session:
+        session = Session(id=new_session_id(), touched_at=self._clock())
+        self._sessions[session.id] = session
+        return session
+
+    async def get(self, session_id: str) -> Session | None:
+        session = self._sessions.get(session_id)
+        if session is None:
+            return None
+        if self._expired(session):
+            del self._sessions[session_id]
+            return None
+        session.touched_at = self._clock()
+        return session
+
+    async def append_history(self, session: Session, messages: list[dict[str, Any]]) -> None:
+        session.history.extend(messages)
+        session.touched_at = self._clock()
+
+    async def save(self, session: Session) -> None:
+        session.touched_at = self._clock()
+        self._sessions[session.id] = session
+
+    async def delete(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+
+    async def count(self) -> int:
+        return len(self._sessions)
+
+    def sweep(self) -> int:
+        expired = [sid for sid, s in self._sessions.items() if self._expired(s)]
+        for sid in expired:
+            del self._sessions[sid]
+        return len(expired)
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._sweep_every_s)
+            self.sweep()
+
+    async def aclose(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None

@@ -34,6 +34,7 @@ const app = {
   client: null,
   micOn: false,
   turn: null, // {user: li|null, agent: li|null, speechEndAt, firstReplyAt}
+  agentTurn: null, // the latest turn with an agent bubble (barge-in marks it)
   toolItems: new Map(),
 };
 window.voiceApp = app; // for tests and the curious
@@ -252,6 +253,7 @@ function agentBubble() {
     turn.agent.classList.add("streaming");
     turn.firstReplyAt = performance.now();
   }
+  app.agentTurn = turn;
   return turn.agent;
 }
 
@@ -271,7 +273,7 @@ function onAgentText(text, complete) {
 function onTtsStart() {
   const li = agentBubble();
   li.classList.add("speaking");
-  const turn = app.turn;
+  const turn = app.agentTurn;
   if (turn.speechEndAt && !turn.latency) {
     turn.latency = { clientMs: Math.round(performance.now() - turn.speechEndAt) };
     renderLatency(turn);
@@ -279,9 +281,10 @@ function onTtsStart() {
 }
 
 function finishAgent(interrupted) {
-  const turn = app.turn;
-  const li = turn?.agent;
-  if (!li) return;
+  // the user's speech-start comes before tts-cancelled (spec: "Barge-in"), so the reply to mark
+  // belongs to the previous turn: the last one that had an agent bubble
+  const li = app.agentTurn?.agent;
+  if (!li || (li.classList.contains("done") && !interrupted)) return;
   li.classList.remove("speaking", "streaming");
   li.classList.add("done");
   if (interrupted && !li.classList.contains("interrupted")) {
@@ -306,7 +309,7 @@ function metaLine(li) {
 
 function onMetrics(m) {
   // server-measured per-turn latency (our additive `metrics` / `turn-metrics` message)
-  const turn = app.turn;
+  const turn = app.agentTurn;
   if (!turn || !turn.agent) return;
   turn.latency = { ...(turn.latency ?? {}), server: m };
   renderLatency(turn);
@@ -440,6 +443,7 @@ async function loadPlaybooks() {
     app.client?.close();
     app.client = null;
     app.turn = null;
+    app.agentTurn = null;
     addTimeline("info", `Playbook: ${select.selectedOptions[0]?.textContent ?? app.playbook}`);
     const client = await connect();
     if (client && wasTalking) await toggleTalk();

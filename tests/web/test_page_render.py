@@ -236,7 +236,11 @@ async def test_conversation_renders(server: FakeVoiceServer, open_page) -> None:
         {"type": "transcript", "text": "Make it eight o'clock.", "isFinal": True},
         {"type": "llm-chunk", "content": "Sure, I have moved the booking to", "done": False},
         {"type": "tts-start"},
+        # barge-in (spec order): the user's speech-start, then tts-cancelled
+        {"type": "speech-start"},
         {"type": "tts-cancelled"},
+        {"type": "speech-end"},
+        {"type": "transcript", "text": "Wait.", "isFinal": True},
         {"type": "error", "code": "TOOL_ERROR", "message": "calendar offline"},
     ]
     for m in script:
@@ -244,7 +248,7 @@ async def test_conversation_renders(server: FakeVoiceServer, open_page) -> None:
     await page.locator(".bubble.agent.interrupted").wait_for(timeout=TIMEOUT * 1000)
 
     users = await page.locator(".bubble.user").all_inner_texts()
-    assert users == ["Book a table for two tonight.", "Make it eight o'clock."]
+    assert users == ["Book a table for two tonight.", "Make it eight o'clock.", "Wait."]
     assert await page.locator(".bubble.user.interim").count() == 0
     agents = page.locator(".bubble.agent")
     assert await agents.count() == 2

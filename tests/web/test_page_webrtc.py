@@ -6,8 +6,8 @@ non-trickle offer with a data channel, re-offer when the mic starts, mic audio a
 agent's audio track playing, messages sent on both channels shown once, and a reconnect that
 resumes the session before re-offering and re-attaching the mic.
 
-Chromium only gathers loopback candidates in a private network namespace, so the test re-runs
-itself under ``unshare -n`` (root) with loopback as the only network (RECIPES.md).
+It runs only in a private network namespace (loopback is the only network): ``make test`` runs
+pytest under ``unshare -n``, and ``test_netns.py`` re-runs this file there otherwise.
 """
 
 from __future__ import annotations
@@ -16,11 +16,7 @@ import asyncio
 import fractions
 import json
 import math
-import os
-import shutil
 import struct
-import subprocess
-import sys
 import time
 import wave
 from collections.abc import AsyncIterator
@@ -29,48 +25,21 @@ from pathlib import Path
 import aioice.ice
 import av
 import numpy as np
-import pytest
 import pytest_asyncio
 from aiohttp import web
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamTrack
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import scaled
+from tests.web.conftest import ROOT, launch_chromium, needs_chromium, needs_netns, screenshot_path
+
 WEB = ROOT / "web_client"
-ARTIFACTS = ROOT / "artifacts" / "web"
-CHROMIUM = Path("/usr/bin/chromium")
-IN_NETNS = os.environ.get("VOICE_TEST_NETNS") == "1"
-TIMEOUT = 15.0 * float(os.environ.get("TEST_TIME_FACTOR", "1"))
+TIMEOUT = scaled(15.0)
 # the routes voice_server serves from web_client/ (server/http.py)
 STATIC_ROUTES = {"/client/llmrtc.js": "llmrtc.js", "/app.js": "app.js", "/style.css": "style.css"}
 CONTENT_TYPES = {".js": "text/javascript", ".css": "text/css"}
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(),
-                                reason="needs Debian's chromium (apt-get install chromium)")
-
-
-def test_runs_in_private_network_namespace() -> None:
-    """Re-run this module under `unshare -n` (loopback only) and require it to pass."""
-    if IN_NETNS:
-        pytest.skip("already inside the namespace")
-    if shutil.which("unshare") is None or shutil.which("ip") is None:
-        pytest.skip("needs unshare and ip (util-linux, iproute2)")
-    prefix = ["unshare", "-n"] if os.geteuid() == 0 else ["unshare", "-rn"]
-    inner = (f"ip link set lo up && exec {sys.executable} -m pytest -q -p no:cacheprovider "
-             f"{Path(__file__).relative_to(ROOT)}")
-    env = {**os.environ, "VOICE_TEST_NETNS": "1"}
-    proc = subprocess.run([*prefix, "sh", "-c", inner], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=240, check=False)
-    out = proc.stdout + proc.stderr
-    if proc.returncode != 0 and "Operation not permitted" in out and "unshare" in out:
-        pytest.skip("network namespaces are not permitted here")
-    assert proc.returncode == 0, out[-6000:]
-    assert " passed" in out and "failed" not in out, out[-3000:]
-
-
-# --- everything below runs inside the namespace ----------------------------------------------
-
-needs_netns = pytest.mark.skipif(not IN_NETNS, reason="runs inside test_runs_in_private_...")
+pytestmark = [needs_chromium, needs_netns]
 
 
 def tone_wav(path: Path) -> Path:
@@ -245,15 +214,8 @@ async def page(tmp_path: Path) -> AsyncIterator:
     from playwright.async_api import async_playwright
 
     mic = tone_wav(tmp_path / "mic48k.wav")
-    args = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
-            f"--use-file-for-fake-audio-capture={mic}",
-            "--autoplay-policy=no-user-gesture-required",
-            "--disable-features=WebRtcHideLocalIpsWithMdns",
-            "--allow-loopback-in-peer-connection"]
     async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=args)
+        browser = await launch_chromium(pw, mic, loop=True)
         context = await browser.new_context(viewport={"width": 1200, "height": 760})
         p = await context.new_page()
         p.errors = []
@@ -281,7 +243,6 @@ async def wait_js(page, expr: str) -> None:
     await page.wait_for_function(expr, timeout=TIMEOUT * 1000)
 
 
-@needs_netns
 async def test_webrtc_talk_dedupe_audio_and_reconnect(peer: ScriptedPeer, page) -> None:
     """Offer with a data channel, mic re-offer, both-channel messages shown once, agent audio
     received, and a reconnect that resumes the session, re-offers and re-attaches the mic."""
@@ -310,8 +271,7 @@ async def test_webrtc_talk_dedupe_audio_and_reconnect(peer: ScriptedPeer, page) 
     assert await page.locator(".bubble.agent .text").all_inner_texts() == ["Hello there!"]
     await wait_js(page, f"({INBOUND_AUDIO})().then(s => s && s.packets > 20 && s.energy > 0)")
     await conn.both({"type": "tts-complete"})
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    await page.screenshot(path=str(ARTIFACTS / "page-webrtc.png"))
+    await page.screenshot(path=screenshot_path("page-webrtc.png"))
 
     # the server drops the WebSocket: the client resumes the session on a new one
     session = f"sess-{id(conn)}"

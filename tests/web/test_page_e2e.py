@@ -1,0 +1,149 @@
+"""The bundled page against the real voice_server in headless Chromium (issue 4 end to end):
+real VAD, STT and TTS over WebRTC, a scripted LLM. A fake mic plays espeak-ng speech.
+
+Runs only in a private network namespace (``make test``; ``test_netns.py`` otherwise).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from playwright.async_api import async_playwright
+
+from tests.conftest import scaled
+from tests.support.fake_openai import FakeOpenAI
+from tests.web.conftest import launch_chromium, needs_chromium, needs_netns, screenshot_path
+from voice_server.config import load_settings
+from voice_server.server.app import VoiceServer
+
+pytestmark = [needs_chromium, needs_netns, pytest.mark.slow]
+
+INBOUND_AUDIO = """async () => {
+  const pc = window.voiceApp.client && window.voiceApp.client.peerConnection;
+  if (!pc) return null;
+  for (const s of (await pc.getStats()).values()) {
+    if (s.type === "inbound-rtp" && s.kind === "audio") {
+      return {packets: s.packetsReceived, energy: s.totalAudioEnergy || 0};
+    }
+  }
+  return null;
+}"""
+
+LONG_REPLY = ("Paris is the capital of France. It sits on the river Seine and has been the "
+              "country's capital for more than a thousand years. Its museums, cafes and "
+              "bridges draw millions of visitors every single year from all over the world.")
+
+
+def words(text: str) -> set[str]:
+    return {w.strip(".,!?'\"").lower() for w in text.split()} - {""}
+
+
+@pytest_asyncio.fixture(scope="module")
+async def llm() -> AsyncIterator[FakeOpenAI]:
+    async with FakeOpenAI() as fake:
+        yield fake
+
+
+@pytest_asyncio.fixture(scope="module")
+async def voice_server(llm: FakeOpenAI) -> AsyncIterator[VoiceServer]:
+    settings = load_settings(port=0, llm_provider="openai_compat", llm_base_url=llm.base_url,
+                             llm_model="fake-model", ice_host_addresses="127.0.0.1")
+    async with VoiceServer(settings) as server:
+        yield server
+
+
+def mic_file(tmp_path: Path, make_speech, *parts: tuple[str, float, float]) -> Path:
+    """Concatenate espeak utterances (text, lead silence, tail silence) into a 48 kHz WAV."""
+    import io
+    import wave
+
+    frames = b""
+    for text, lead, tail in parts:
+        with wave.open(io.BytesIO(make_speech(text, rate=48000, pad=(lead, tail)))) as w:
+            frames += w.readframes(w.getnframes())
+    path = tmp_path / "mic48k.wav"
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(48000)
+        w.writeframes(frames)
+    return path
+
+
+async def open_page(pw, server: VoiceServer, mic: Path):
+    browser = await launch_chromium(pw, mic, loop=False)
+    page = await (await browser.new_context(viewport={"width": 1200, "height": 760})).new_page()
+    page.errors = []
+    page.on("pageerror", lambda exc: page.errors.append(str(exc)))
+    await page.goto(f"http://127.0.0.1:{server.port}/?echoCancellation=0")
+    await page.wait_for_selector("#conn[data-state='connected']", timeout=scaled(15) * 1000)
+    return browser, page
+
+
+async def test_page_talks_with_the_server(voice_server, llm, make_speech, tmp_path) -> None:
+    """Speak a question: the transcript and the agent's reply appear in the page, and the
+    agent's voice arrives on the WebRTC audio track (inbound-rtp packets with energy)."""
+    llm.add("Paris is the capital of France.")
+    mic = mic_file(tmp_path, make_speech, ("What is the capital of France?", 1.5, 2.0))
+    async with async_playwright() as pw:
+        browser, page = await open_page(pw, voice_server, mic)
+        try:
+            assert await page.locator("#transport").inner_text() == "WebRTC"
+            await page.click("#talk")
+            await page.locator(".bubble.agent.done").wait_for(timeout=scaled(60) * 1000)
+            user = await page.locator(".bubble.user").all_inner_texts()
+            assert len(user) == 1 and {"capital", "france"} <= words(user[0]), user
+            agent = await page.locator(".bubble.agent .text").all_inner_texts()
+            assert agent == ["Paris is the capital of France."]
+            assert await page.locator(".bubble.agent.interrupted").count() == 0
+            stats = await page.evaluate(INBOUND_AUDIO)
+            assert stats and stats["packets"] > 50 and stats["energy"] > 0, stats
+            await page.screenshot(path=screenshot_path("page-e2e.png"))
+            assert page.errors == []
+        finally:
+            await browser.close()
+
+
+async def test_barge_in_marks_the_reply_interrupted(voice_server, llm, make_speech,
+                                                    tmp_path) -> None:
+    """A second question while the agent speaks cuts it: `tts-cancelled` arrives and the reply
+    bubble carries the "interrupted" mark, then the second question is answered."""
+    llm.add(LONG_REPLY, "Berlin is the capital of Germany.")
+    mic = mic_file(tmp_path, make_speech, ("What is the capital of France?", 1.5, 4.5),
+                   ("And what about Germany?", 0.0, 2.5))
+    async with async_playwright() as pw:
+        browser, page = await open_page(pw, voice_server, mic)
+        try:
+            await page.evaluate("""() => {
+              const t0 = performance.now();
+              window.cancelled = 0;
+              window.voiceLog = [];
+              const c = window.voiceApp.client;
+              c.addEventListener("tts-cancelled", () => window.cancelled++);
+              c.addEventListener("message", (e) => window.voiceLog.push(
+                [Math.round(performance.now() - t0), e.detail.type,
+                 e.detail.text || e.detail.content || ""]));
+            }""")
+            await page.click("#talk")
+            interrupted = page.locator(".bubble.agent.interrupted")
+            try:
+                await interrupted.wait_for(timeout=scaled(60) * 1000)
+            except Exception as exc:
+                log = await page.evaluate("window.voiceLog")
+                raise AssertionError(f"no interrupted reply; events: {log}") from exc
+            assert await interrupted.locator(".mark").text_content() == "interrupted"
+            assert await page.evaluate("window.cancelled") >= 1
+            said = await interrupted.locator(".text").inner_text()
+            assert said and LONG_REPLY.startswith(said[:20])
+            await page.wait_for_function(
+                "document.querySelectorAll('.bubble.agent.done').length >= 2",
+                timeout=scaled(60) * 1000)
+            users = await page.locator(".bubble.user").all_inner_texts()
+            assert "germany" in words(users[-1]), users
+            await page.screenshot(path=screenshot_path("page-barge-in.png"))
+            assert page.errors == []
+        finally:
+            await browser.close()

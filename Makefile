@@ -11,6 +11,8 @@ export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
 APT_TEST_PACKAGES := espeak-ng sox libsox-fmt-all iproute2 util-linux postgresql chromium nodejs
 # Node packages of the Hyperswarm bridge of the host sidecar (tests skip it without npm)
 HYPERSWARM_BRIDGE := voice_server/adapters/host/hyperswarm
+# the reference llmrtc browser client + esbuild, for the compatibility test in tests/web
+REFERENCE_CLIENT := tests/web/reference_client
 SERVE_ARGS ?=
 
 .PHONY: serve test install install-test system-test-deps node-test-deps lint clean
@@ -32,7 +34,9 @@ install-test: install system-test-deps node-test-deps
 node-test-deps:
 	@if command -v npm >/dev/null 2>&1; then \
 	  npm ci --prefix $(HYPERSWARM_BRIDGE) --no-audit --no-fund --silent; \
-	else echo "npm not found: the Hyperswarm bridge tests will be skipped (install nodejs, npm)"; fi
+	  npm ci --prefix $(REFERENCE_CLIENT) --no-audit --no-fund --silent; \
+	else echo "npm not found: the Hyperswarm bridge and reference client tests will be skipped \
+	(install nodejs, npm)"; fi
 
 system-test-deps:
 	@missing=""; for p in $(APT_TEST_PACKAGES); do \

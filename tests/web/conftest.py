@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import io
+import wave
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import ifaddr
 import pytest
+import pytest_asyncio
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "web"
@@ -48,3 +52,39 @@ async def launch_chromium(pw: Any, mic_wav: Path, *, loop: bool, fake_ui: bool =
     if fake_ui:
         args.append("--use-fake-ui-for-media-stream")
     return await pw.chromium.launch(executable_path=str(CHROMIUM), args=args)
+
+
+@pytest_asyncio.fixture(scope="session")
+async def web_llm() -> AsyncIterator[Any]:
+    """A scripted OpenAI-compatible LLM for the browser end-to-end tests."""
+    from tests.support.fake_openai import FakeOpenAI
+
+    async with FakeOpenAI() as fake:
+        yield fake
+
+
+@pytest_asyncio.fixture(scope="session")
+async def voice_server(web_llm: Any) -> AsyncIterator[Any]:
+    """The real server (VAD, STT, TTS; scripted LLM), ICE on 127.0.0.1 only."""
+    from voice_server.config import load_settings
+    from voice_server.server.app import VoiceServer
+
+    settings = load_settings(port=0, llm_provider="openai_compat", llm_base_url=web_llm.base_url,
+                             llm_model="fake-model", ice_host_addresses="127.0.0.1")
+    async with VoiceServer(settings) as server:
+        yield server
+
+
+def mic_file(tmp_path: Path, make_speech: Any, *parts: tuple[str, float, float]) -> Path:
+    """Concatenate espeak utterances (text, lead silence, tail silence) into a 48 kHz WAV."""
+    frames = b""
+    for text, lead, tail in parts:
+        with wave.open(io.BytesIO(make_speech(text, rate=48000, pad=(lead, tail)))) as w:
+            frames += w.readframes(w.getnframes())
+    path = tmp_path / "mic48k.wav"
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(48000)
+        w.writeframes(frames)
+    return path

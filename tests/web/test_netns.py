@@ -12,7 +12,8 @@ import pytest
 
 from tests.web.conftest import ROOT, needs_chromium, only_loopback
 
-NETNS_FILES = ["tests/web/test_page_webrtc.py", "tests/web/test_page_e2e.py"]
+NETNS_FILES = ["tests/web/test_page_webrtc.py", "tests/web/test_page_e2e.py",
+               "tests/web/test_reference_client.py"]
 
 
 @needs_chromium

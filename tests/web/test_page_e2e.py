@@ -6,17 +6,19 @@ Runs only in a private network namespace (``make test``; ``test_netns.py`` other
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
 from playwright.async_api import async_playwright
 
 from tests.conftest import scaled
-from tests.support.fake_openai import FakeOpenAI
-from tests.web.conftest import launch_chromium, needs_chromium, needs_netns, screenshot_path
-from voice_server.config import load_settings
+from tests.web.conftest import (
+    launch_chromium,
+    mic_file,
+    needs_chromium,
+    needs_netns,
+    screenshot_path,
+)
 from voice_server.server.app import VoiceServer
 
 pytestmark = [needs_chromium, needs_netns, pytest.mark.slow]
@@ -41,38 +43,6 @@ def words(text: str) -> set[str]:
     return {w.strip(".,!?'\"").lower() for w in text.split()} - {""}
 
 
-@pytest_asyncio.fixture(scope="module")
-async def llm() -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI() as fake:
-        yield fake
-
-
-@pytest_asyncio.fixture(scope="module")
-async def voice_server(llm: FakeOpenAI) -> AsyncIterator[VoiceServer]:
-    settings = load_settings(port=0, llm_provider="openai_compat", llm_base_url=llm.base_url,
-                             llm_model="fake-model", ice_host_addresses="127.0.0.1")
-    async with VoiceServer(settings) as server:
-        yield server
-
-
-def mic_file(tmp_path: Path, make_speech, *parts: tuple[str, float, float]) -> Path:
-    """Concatenate espeak utterances (text, lead silence, tail silence) into a 48 kHz WAV."""
-    import io
-    import wave
-
-    frames = b""
-    for text, lead, tail in parts:
-        with wave.open(io.BytesIO(make_speech(text, rate=48000, pad=(lead, tail)))) as w:
-            frames += w.readframes(w.getnframes())
-    path = tmp_path / "mic48k.wav"
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(48000)
-        w.writeframes(frames)
-    return path
-
-
 async def open_page(pw, server: VoiceServer, mic: Path):
     browser = await launch_chromium(pw, mic, loop=False)
     page = await (await browser.new_context(viewport={"width": 1200, "height": 760})).new_page()
@@ -83,10 +53,10 @@ async def open_page(pw, server: VoiceServer, mic: Path):
     return browser, page
 
 
-async def test_page_talks_with_the_server(voice_server, llm, make_speech, tmp_path) -> None:
+async def test_page_talks_with_the_server(voice_server, web_llm, make_speech, tmp_path) -> None:
     """Speak a question: the transcript and the agent's reply appear in the page, and the
     agent's voice arrives on the WebRTC audio track (inbound-rtp packets with energy)."""
-    llm.add("Paris is the capital of France.")
+    web_llm.add("Paris is the capital of France.")
     mic = mic_file(tmp_path, make_speech, ("What is the capital of France?", 1.5, 2.0))
     async with async_playwright() as pw:
         browser, page = await open_page(pw, voice_server, mic)
@@ -107,11 +77,11 @@ async def test_page_talks_with_the_server(voice_server, llm, make_speech, tmp_pa
             await browser.close()
 
 
-async def test_barge_in_marks_the_reply_interrupted(voice_server, llm, make_speech,
+async def test_barge_in_marks_the_reply_interrupted(voice_server, web_llm, make_speech,
                                                     tmp_path) -> None:
     """A second question while the agent speaks cuts it: `tts-cancelled` arrives and the reply
     bubble carries the "interrupted" mark, then the second question is answered."""
-    llm.add(LONG_REPLY, "Berlin is the capital of Germany.")
+    web_llm.add(LONG_REPLY, "Berlin is the capital of Germany.")
     mic = mic_file(tmp_path, make_speech, ("What is the capital of France?", 1.5, 4.5),
                    ("And what about Germany?", 0.0, 2.5))
     async with async_playwright() as pw:

@@ -9,10 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 from playwright.async_api import async_playwright
 
 from tests.conftest import scaled
 from tests.web.conftest import (
+    embed_example,
     launch_chromium,
     mic_file,
     needs_chromium,
@@ -117,3 +119,41 @@ async def test_barge_in_marks_the_reply_interrupted(voice_server, web_llm, make_
             assert page.errors == []
         finally:
             await browser.close()
+
+
+async def test_embed_example_talks_with_the_server(voice_server, web_llm, make_speech,
+                                                   tmp_path) -> None:
+    """The docs' embedding example, served from another origin, talks to the real server."""
+    web_llm.add("Rome is the capital of Italy.")
+    mic = mic_file(tmp_path, make_speech, ("What is the capital of Italy?", 1.5, 2.0))
+    html = embed_example(voice_server.port)
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(text=html, content_type="text/html")
+
+    app = web.Application()
+    app.router.add_get("/", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        async with async_playwright() as pw:
+            browser = await launch_chromium(pw, mic, loop=False)
+            try:
+                page = await (await browser.new_context()).new_page()
+                errors: list[str] = []
+                page.on("pageerror", lambda exc: errors.append(str(exc)))
+                await page.goto(f"http://127.0.0.1:{port}/")
+                await page.click("#talk")
+                await page.wait_for_function(
+                    "document.getElementById('agent').textContent"
+                    " === 'Rome is the capital of Italy.'", timeout=scaled(60) * 1000)
+                assert {"capital", "italy"} <= words(await page.locator("#you").inner_text())
+                assert await page.locator("#state").inner_text() == "connected"
+                assert errors == []
+            finally:
+                await browser.close()
+    finally:
+        await runner.cleanup()

@@ -23,6 +23,8 @@ import pytest
 import pytest_asyncio
 from aiohttp import WSMsgType, web
 
+from tests.web.conftest import embed_example
+
 ROOT = Path(__file__).resolve().parents[2]
 WEB = ROOT / "web_client"
 ARTIFACTS = ROOT / "artifacts" / "web"
@@ -321,14 +323,6 @@ async def test_mic_denied_message(server: FakeVoiceServer, open_page) -> None:
     assert "Microphone blocked" in await notice.inner_text()
     assert await page.locator("#talk").get_attribute("aria-pressed") == "false"
     assert errors == []
-
-
-def embed_example(port: int) -> str:
-    """The HTML example of docs/embed.md, pointed at the test server's port."""
-    doc = (ROOT / "docs" / "embed.md").read_text()
-    html = doc.split("```html\n", 1)[1].split("```", 1)[0]
-    assert html.count("127.0.0.1:8787") == 2
-    return html.replace("127.0.0.1:8787", f"127.0.0.1:{port}")
 
 
 async def test_embed_example_from_another_origin(server: FakeVoiceServer, open_page) -> None:

@@ -221,21 +221,31 @@ export class PayloadRouter {
 }
 
 /**
- * Downsample mono float samples by averaging (the input is already band-limited by the browser's
- * capture path well enough for speech recognition).
+ * Resample mono float samples to a lower rate with a windowed-sinc low-pass (Blackman window,
+ * cutoff just below the new Nyquist frequency), so speech keeps its clarity without aliasing.
  * @param {Float32Array} input @param {number} fromRate @param {number} toRate
  * @returns {Float32Array}
  */
 export function downsample(input, fromRate, toRate) {
   if (toRate >= fromRate) return input;
   const ratio = fromRate / toRate;
+  const cutoff = 0.45 / ratio; // cycles per input sample
+  const half = Math.ceil(8 * ratio); // filter half-width, input samples
   const out = new Float32Array(Math.floor(input.length / ratio));
   for (let i = 0; i < out.length; i++) {
-    const start = Math.floor(i * ratio);
-    const end = Math.min(input.length, Math.floor((i + 1) * ratio));
-    let sum = 0;
-    for (let j = start; j < end; j++) sum += input[j];
-    out[i] = sum / Math.max(1, end - start);
+    const center = i * ratio;
+    const start = Math.max(0, Math.ceil(center - half));
+    const end = Math.min(input.length - 1, Math.floor(center + half));
+    let acc = 0;
+    let norm = 0;
+    for (let j = start; j <= end; j++) {
+      const x = j - center;
+      const sinc = x === 0 ? 2 * cutoff : Math.sin(2 * Math.PI * cutoff * x) / (Math.PI * x);
+      const w = 0.42 + 0.5 * Math.cos((Math.PI * x) / half) + 0.08 * Math.cos((2 * Math.PI * x) / half);
+      acc += input[j] * sinc * w;
+      norm += sinc * w;
+    }
+    out[i] = norm ? acc / norm : 0;
   }
   return out;
 }

@@ -157,3 +157,39 @@ async def test_embed_example_talks_with_the_server(voice_server, web_llm, make_s
                 await browser.close()
     finally:
         await runner.cleanup()
+
+
+async def test_websocket_fallback_talks_with_the_server(voice_server, web_llm, make_speech,
+                                                        tmp_path) -> None:
+    """Without WebRTC (?transport=ws) the page sends the utterance as `audio` (WAV) and plays
+    the reply's `tts-chunk` PCM through Web Audio."""
+    web_llm.add("Madrid is the capital of Spain.")
+    mic = mic_file(tmp_path, make_speech, ("What is the capital of Spain?", 1.5, 2.0))
+    async with async_playwright() as pw:
+        browser = await launch_chromium(pw, mic, loop=False)
+        try:
+            page = await (await browser.new_context()).new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            await page.goto(f"http://127.0.0.1:{voice_server.port}/?transport=ws")
+            await page.wait_for_selector("#conn[data-state='connected']",
+                                         timeout=scaled(15) * 1000)
+            assert await page.locator("#transport").inner_text() == "WebSocket"
+            await page.evaluate("""() => {
+              window.chunks = [];
+              window.voiceApp.client.addEventListener("tts-chunk",
+                (e) => window.chunks.push([e.detail.format, e.detail.sampleRate]));
+            }""")
+            await page.click("#talk")
+            await page.locator(".bubble.agent.done").wait_for(timeout=scaled(60) * 1000)
+            user = await page.locator(".bubble.user").all_inner_texts()
+            assert {"capital", "spain"} <= words(user[-1]), user
+            agent = await page.locator(".bubble.agent .text").all_inner_texts()
+            assert agent == ["Madrid is the capital of Spain."]
+            chunks = await page.evaluate("window.chunks")
+            assert chunks and all(fmt == "pcm" and rate > 8000 for fmt, rate in chunks), chunks
+            scheduled = await page.evaluate("window.voiceApp.client.player.nextTime")
+            assert scheduled > 0.5, "the PCM chunks were scheduled on the AudioContext"
+            assert errors == []
+        finally:
+            await browser.close()

@@ -132,10 +132,31 @@ test("encodeWav writes a 16-bit mono PCM header and clamped samples", () => {
   assert.deepEqual(samples, [0, 32767, -32768, 32767, -16384]);
 });
 
-test("downsample averages 48 kHz to 16 kHz", () => {
-  const out = downsample(new Float32Array([0.3, 0.3, 0.3, 0.6, 0.6, 0.6, 1]), 48000, 16000);
-  assert.equal(out.length, 2);
-  assert.ok(Math.abs(out[0] - 0.3) < 1e-6 && Math.abs(out[1] - 0.6) < 1e-6);
+function tone(freq, rate, seconds) {
+  return Float32Array.from({ length: Math.round(rate * seconds) },
+    (_, i) => Math.sin((2 * Math.PI * freq * i) / rate));
+}
+
+function peak(samples) {
+  // ignore the filter's edges
+  return Math.max(...samples.slice(200, -200).map(Math.abs));
+}
+
+test("downsample keeps speech frequencies and the length ratio", () => {
+  const out = downsample(tone(1000, 48000, 0.5), 48000, 16000);
+  assert.equal(out.length, 8000);
+  assert.ok(Math.abs(peak(out) - 1) < 0.02, `1 kHz passes (peak ${peak(out)})`);
+  const dc = downsample(new Float32Array(4800).fill(0.25), 48000, 16000);
+  assert.ok(dc.every((v) => Math.abs(v - 0.25) < 1e-6), "DC gain is one");
+  const odd = downsample(tone(440, 44100, 0.5), 44100, 16000);
+  assert.equal(odd.length, Math.floor(22050 / (44100 / 16000)));
+  assert.ok(Math.abs(peak(odd) - 1) < 0.02);
+});
+
+test("downsample removes what would alias instead of folding it down", () => {
+  // 12 kHz is above the 8 kHz Nyquist of 16 kHz: averaging would fold it to 4 kHz
+  const out = downsample(tone(12000, 48000, 0.5), 48000, 16000);
+  assert.ok(peak(out) < 0.01, `12 kHz is filtered out (peak ${peak(out)})`);
   const same = new Float32Array([1, 2]);
   assert.equal(downsample(same, 16000, 16000), same);
 });

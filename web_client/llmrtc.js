@@ -525,6 +525,7 @@ export class VoiceClient extends EventTarget {
     this._connectPromise = null;
     this._negotiation = Promise.resolve();
     this._resuming = false;
+    this._micStarting = null;
   }
 
   /** @returns {string} the current State */
@@ -596,8 +597,14 @@ export class VoiceClient extends EventTarget {
    * fallback as one `audio` message (base64 WAV) per utterance. Rejects with MIC_DENIED or
    * MIC_UNAVAILABLE.
    */
-  async startMic() {
-    if (this._micStream) return;
+  startMic() {
+    if (this._micStream) return Promise.resolve();
+    // a second call while the permission prompt is open shares the first one
+    this._micStarting ??= this._startMic().finally(() => { this._micStarting = null; });
+    return this._micStarting;
+  }
+
+  async _startMic() {
     if (!this._getUserMedia) {
       throw this._emitError(new VoiceClientError("MIC_UNAVAILABLE",
         "This browser gives no microphone access here (a secure https:// origin is needed)."));
@@ -1036,7 +1043,12 @@ export class VoiceClient extends EventTarget {
         if (epoch === this._epoch) this._lost(`renegotiation failed: ${err?.message ?? err}`);
       }
     } else if (this.transport === "websocket") {
-      this._startRecorder();
+      try {
+        this._startRecorder();
+      } catch (err) {
+        this._emitError(new VoiceClientError("MIC_UNAVAILABLE",
+          `cannot record the microphone here: ${err?.message ?? err}`));
+      }
     }
   }
 

@@ -235,6 +235,23 @@ test("startMic reports MIC_DENIED when permission is refused", async () => {
   client.close();
 });
 
+test("two startMic calls at once ask for the microphone once", async () => {
+  let asked = 0;
+  const mic = fakeMicStream();
+  const { client } = await connected("s", {
+    getUserMedia: async () => { asked += 1; return mic; },
+    createAudioContext: () => { throw new Error("no audio in node"); },
+  });
+  const seen = recordEvents(client, ["mic", "error"]);
+  await Promise.all([client.startMic(), client.startMic()]);
+  assert.equal(asked, 1);
+  assert.equal(client.micStream, mic);
+  assert.deepEqual(seen.map(([t, d]) => [t, d.active ?? d.code]),
+    [["mic", true], ["error", "MIC_UNAVAILABLE"]], "no Web Audio: the fallback cannot record");
+  client.close();
+  assert.equal(mic.track.stopped, true, "close() releases the microphone");
+});
+
 test("startMic without mediaDevices reports MIC_UNAVAILABLE", async () => {
   const { client } = await connected("s", { getUserMedia: null });
   client._getUserMedia = null;

@@ -5,17 +5,10 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from pathlib import Path
 
-import ifaddr
-
-
-def only_loopback() -> bool:
-    for adapter in ifaddr.get_adapters():
-        for ip in adapter.ips:
-            addr = ip.ip if isinstance(ip.ip, str) else ip.ip[0]
-            if not (addr.startswith("127.") or addr == "::1"):
-                return False
-    return True
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.support.netns import only_loopback  # noqa: E402
 
 
 def reexec_in_private_netns() -> None:

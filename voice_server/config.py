@@ -98,6 +98,12 @@ class Settings(BaseSettings):
     default_playbook: str | None = Field(None, description="playbook id used when a connection "
                                          "names none (?playbook=ID on the WebSocket URL)")
 
+    # sidecars started beside the voice server, sharing its LLM layer
+    sidecars: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description='text sidecars to start with the server, as JSON: {"broker": {"port": 8790, '
+                    '"http_port": 8791}, "host": {"port": 8792}}')
+
     # runtime
     compute_workers: int = Field(4, ge=1, description="threads for STT, TTS and the local LLM")
     preload_models: bool = Field(True, description="load and warm models at start")
@@ -111,6 +117,17 @@ class Settings(BaseSettings):
             if value.startswith("["):
                 return json.loads(value)
             return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("ice_servers", "sidecars", mode="before")
+    @classmethod
+    def _json_text(cls, value: Any) -> Any:
+        """Flags and files may give these as JSON text."""
+        if isinstance(value, str):
+            try:
+                return json.loads(value) if value.strip() else None
+            except ValueError as exc:
+                raise ValueError(f"not valid JSON: {exc}") from None
         return value
 
     @field_validator("llm_base_url")

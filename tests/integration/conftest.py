@@ -19,8 +19,9 @@ from voice_server.server.app import VoiceServer
 
 @pytest_asyncio.fixture(scope="session")
 async def local_server() -> AsyncIterator[VoiceServer]:
-    """Real STT, TTS and the embedded local LLM."""
-    settings = load_settings(port=0, llm_max_tokens=60)
+    """Real STT, TTS and the embedded local LLM (greedy decoding: the 135M model's answers
+    are deterministic then, so assertions on them are not flaky)."""
+    settings = load_settings(port=0, llm_max_tokens=60, llm_temperature=0.0)
     async with VoiceServer(settings) as server:
         yield server
 

@@ -8,26 +8,17 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import ifaddr
 import pytest
 import pytest_asyncio
 
 from tests.support.fake_openai import FakeOpenAI
+from tests.support.netns import only_loopback
 from voice_server.config import load_settings
 from voice_server.server.app import VoiceServer
 
 
-def _only_loopback() -> bool:
-    for adapter in ifaddr.get_adapters():
-        for ip in adapter.ips:
-            addr = ip.ip if isinstance(ip.ip, str) else ip.ip[0]
-            if not (addr.startswith("127.") or addr == "::1"):
-                return False
-    return True
-
-
 def pytest_collection_modifyitems(config, items):
-    if _only_loopback():
+    if only_loopback():
         return
     skip = pytest.mark.skip(reason="WebRTC tests run only in a private network namespace: "
                                    "use `make test` (unshare -n)")

@@ -166,3 +166,25 @@ async def test_reconnect_over_webrtc_keeps_context(url, rtc_server, rtc_llm, mak
     sent = rtc_llm.requests[-1]["messages"]
     assert [m["role"] for m in sent] == ["system", "user", "assistant", "user"]
     assert "ada" in sent[1]["content"].lower()
+
+
+async def test_interim_transcripts_while_the_user_speaks(url, rtc_server, rtc_llm, make_speech):
+    """A long utterance gets isFinal=false transcripts before speech-end, then the final one."""
+    rtc_llm.add("That is a long question.")
+    rtc_server.settings.interim_transcripts = True
+    try:
+        async with RtcClient(url) as client:
+            await client.negotiate()
+            client.say(make_speech("I would like to ask you a rather long question about the "
+                                   "history of the city of Paris and its old bridges.",
+                                   rate=48000, pad=(1.0, 1.5)))
+            await client.wait_for("tts-complete", timeout=scaled(90))
+            kinds = [m["type"] for m in client.messages()]
+            transcripts = client.messages("transcript")
+            interim = [t for t in transcripts if not t["isFinal"]]
+            assert interim and all(t["text"] for t in interim)
+            assert transcripts[-1]["isFinal"] is True
+            assert kinds.index("transcript") < kinds.index("speech-end")
+            assert {"paris"} <= words(transcripts[-1]["text"])
+    finally:
+        rtc_server.settings.interim_transcripts = False

@@ -61,6 +61,8 @@ class VoiceServer:
         folder = Path(settings.playbooks_dir) if settings.playbooks_dir else PLAYBOOKS_DIR
         self.playbooks = PlaybookRegistry(folder) if folder.is_dir() else None
         self._playbook_responders: dict[tuple[str, int], PlaybookResponder] = {}
+        self.sidecars: dict[str, dict[str, str]] = {}
+        self._stack = contextlib.AsyncExitStack()
         self._server: Server | None = None
         self._started = time.monotonic()
         self.routes = HttpRoutes(health=self.health, metrics=self.metrics.render,
@@ -80,6 +82,12 @@ class VoiceServer:
         from .rtc import rtc_factory  # noqa: PLC0415 - optional: aiortc is a heavy import
 
         self.rtc_factory = rtc_factory(self)
+        if self.settings.sidecars:
+            from ..adapters.launch import launch_sidecars
+
+            self.sidecars = await self._stack.enter_async_context(
+                launch_sidecars(self.router, self.settings.sidecars))
+            log.info("sidecars: %s", self.sidecars)
         self._server = await serve(
             self._handle, self.settings.host, self.settings.port,
             process_request=self.routes, max_size=2 * self.settings.max_message_bytes,
@@ -98,6 +106,7 @@ class VoiceServer:
             self._server = None
         for conn in list(self.live.values()):
             await conn.close()
+        await self._stack.aclose()
         await self.sessions.aclose()
         if self.playbooks is not None:
             await self.playbooks.aclose()
@@ -222,6 +231,7 @@ class VoiceServer:
             "stores": {"sessions": {"status": "ok", "kind": "memory",
                                     "count": await self.sessions.count()}},
             "webrtc": self.rtc_factory is not None,
+            "sidecars": self.sidecars,
             "connections": len(self.live),
         }
 

@@ -1,0 +1,83 @@
+"""Settings precedence (defaults < file < env < flags), parsing, and the CLI's --help."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from voice_server.cli import build_parser
+from voice_server.config import ConfigError, Settings, load_settings
+
+
+def test_precedence_file_env_flags(tmp_path, monkeypatch):
+    """A flag beats env, env beats the file, the file beats the default."""
+    cfg = tmp_path / "voice.yaml"
+    cfg.write_text("port: 9001\nidle_timeout_s: 12\nsystem_prompt: from file\n")
+    monkeypatch.setenv("VOICE_SERVER_IDLE_TIMEOUT_S", "13")
+    monkeypatch.setenv("VOICE_SERVER_PORT", "9002")
+    s = load_settings(cfg, port=9003)
+    assert s.port == 9003 and s.idle_timeout_s == 13 and s.system_prompt == "from file"
+    assert s.session_ttl_s == Settings.model_fields["session_ttl_s"].default
+
+
+@pytest.mark.parametrize("suffix,text", [(".toml", 'port = 9100\nice_host_addresses = '
+                                                   '["127.0.0.1"]\n'),
+                                         (".json", '{"port": 9100, "ice_host_addresses": '
+                                                   '["127.0.0.1"]}')])
+def test_toml_and_json_files(tmp_path, suffix, text):
+    """TOML and JSON config files work like YAML."""
+    cfg = tmp_path / f"voice{suffix}"
+    cfg.write_text(text)
+    s = load_settings(cfg)
+    assert s.port == 9100 and s.ice_host_addresses == ["127.0.0.1"]
+
+
+def test_comma_lists_and_json_values(monkeypatch):
+    """Address lists take commas; ICE servers and sidecars take JSON text."""
+    monkeypatch.setenv("VOICE_SERVER_ICE_HOST_ADDRESSES", "127.0.0.1, 10.0.0.5")
+    s = load_settings(ice_servers='[{"urls": "stun:127.0.0.1:3478"}]',
+                      sidecars='{"host": {"port": 0}}')
+    assert s.ice_host_addresses == ["127.0.0.1", "10.0.0.5"]
+    assert s.ice_servers == [{"urls": "stun:127.0.0.1:3478"}]
+    assert s.sidecars == {"host": {"port": 0}}
+
+
+@pytest.mark.parametrize("kwargs", [{"port": 70000}, {"llm_provider": "magic"},
+                                    {"ice_servers": "[not json"}, {"no_such_option": 1}])
+def test_invalid_values_are_config_errors(kwargs):
+    """Bad values raise ConfigError naming the field."""
+    with pytest.raises(ConfigError):
+        load_settings(**kwargs)
+
+
+def test_bad_config_file_is_a_clear_error(tmp_path):
+    """A broken or non-mapping file says which file and why."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("port: [unclosed\n")
+    with pytest.raises(ConfigError, match="bad.yaml"):
+        load_settings(bad)
+    (tmp_path / "list.yaml").write_text("- 1\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_settings(tmp_path / "list.yaml")
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_settings(tmp_path / "missing.yaml")
+
+
+def test_serve_help_documents_every_option():
+    """`voice-server serve --help` lists one flag per setting."""
+    out = subprocess.run([sys.executable, "-m", "voice_server.cli", "serve", "--help"],
+                         capture_output=True, text=True, check=True).stdout
+    for name in Settings.model_fields:
+        assert "--" + name.replace("_", "-") in out
+
+
+def test_cli_config_error_exits_2(tmp_path, capsys):
+    """A configuration error is one line on stderr and exit code 2, no traceback."""
+    from voice_server.cli import main
+
+    assert main(["serve", "--port", "99999"]) == 2
+    err = capsys.readouterr().err
+    assert "configuration error" in err and "Traceback" not in err
+    assert build_parser().prog == "voice-server"

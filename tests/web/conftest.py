@@ -8,9 +8,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import ifaddr
 import pytest
 import pytest_asyncio
+
+from tests.support.netns import only_loopback
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "web"
@@ -21,16 +22,6 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
                  "--autoplay-policy=no-user-gesture-required",
                  "--disable-features=WebRtcHideLocalIpsWithMdns",
                  "--allow-loopback-in-peer-connection"]
-
-
-def only_loopback() -> bool:
-    """True inside a private network namespace (``unshare -n``): loopback is all there is."""
-    for adapter in ifaddr.get_adapters():
-        for ip in adapter.ips:
-            addr = ip.ip if isinstance(ip.ip, str) else ip.ip[0]
-            if not (addr.startswith("127.") or addr == "::1"):
-                return False
-    return True
 
 
 needs_netns = pytest.mark.skipif(

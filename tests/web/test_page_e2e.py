@@ -41,6 +41,8 @@ LONG_REPLY = ("Paris is the capital of France. It sits on the river Seine and ha
               "bridges draw millions of visitors every single year from all over the world.")
 
 
+# Whisper tiny.en is fickle on some espeak phrases ("capital of Spain" -> "capital insane"):
+# these were checked to transcribe reliably.
 def words(text: str) -> set[str]:
     return {w.strip(".,!?'\"").lower() for w in text.split()} - {""}
 
@@ -124,8 +126,8 @@ async def test_barge_in_marks_the_reply_interrupted(voice_server, web_llm, make_
 async def test_embed_example_talks_with_the_server(voice_server, web_llm, make_speech,
                                                    tmp_path) -> None:
     """The docs' embedding example, served from another origin, talks to the real server."""
-    web_llm.add("Rome is the capital of Italy.")
-    mic = mic_file(tmp_path, make_speech, ("What is the capital of Italy?", 1.5, 2.0))
+    web_llm.add("Berlin is the capital of Germany.")
+    mic = mic_file(tmp_path, make_speech, ("What is the capital of Germany?", 1.5, 2.0))
     html = embed_example(voice_server.port)
 
     async def handler(request: web.Request) -> web.Response:
@@ -149,8 +151,8 @@ async def test_embed_example_talks_with_the_server(voice_server, web_llm, make_s
                 await page.click("#talk")
                 await page.wait_for_function(
                     "document.getElementById('agent').textContent"
-                    " === 'Rome is the capital of Italy.'", timeout=scaled(60) * 1000)
-                assert {"capital", "italy"} <= words(await page.locator("#you").inner_text())
+                    " === 'Berlin is the capital of Germany.'", timeout=scaled(60) * 1000)
+                assert "germany" in words(await page.locator("#you").inner_text())
                 assert await page.locator("#state").inner_text() == "connected"
                 assert errors == []
             finally:
@@ -163,8 +165,8 @@ async def test_websocket_fallback_talks_with_the_server(voice_server, web_llm, m
                                                         tmp_path) -> None:
     """Without WebRTC (?transport=ws) the page sends the utterance as `audio` (WAV) and plays
     the reply's `tts-chunk` PCM through Web Audio."""
-    web_llm.add("Madrid is the capital of Spain.")
-    mic = mic_file(tmp_path, make_speech, ("What is the capital of Spain?", 1.5, 2.0))
+    web_llm.add("It is sunny and warm today.")
+    mic = mic_file(tmp_path, make_speech, ("Tell me about the weather today.", 1.5, 2.0))
     async with async_playwright() as pw:
         browser = await launch_chromium(pw, mic, loop=False)
         try:
@@ -183,9 +185,9 @@ async def test_websocket_fallback_talks_with_the_server(voice_server, web_llm, m
             await page.click("#talk")
             await page.locator(".bubble.agent.done").wait_for(timeout=scaled(60) * 1000)
             user = await page.locator(".bubble.user").all_inner_texts()
-            assert {"capital", "spain"} <= words(user[-1]), user
+            assert {"weather", "today"} <= words(user[-1]), user
             agent = await page.locator(".bubble.agent .text").all_inner_texts()
-            assert agent == ["Madrid is the capital of Spain."]
+            assert agent == ["It is sunny and warm today."]
             chunks = await page.evaluate("window.chunks")
             assert chunks and all(fmt == "pcm" and rate > 8000 for fmt, rate in chunks), chunks
             scheduled = await page.evaluate("window.voiceApp.client.player.nextTime")

@@ -82,8 +82,9 @@ def mic_file(tmp_path: Path, make_speech: Any, *parts: tuple[str, float, float])
 
 
 def embed_example(port: int) -> str:
-    """The HTML example of docs/embed.md, pointed at the test server's port."""
-    doc = (ROOT / "docs" / "embed.md").read_text()
-    html = doc.split("```html\n", 1)[1].split("```", 1)[0]
+    """The HTML example of the README's "Embed the client", pointed at the test server."""
+    doc = (ROOT / "README.md").read_text()
+    section = doc.split("## Embed the client", 1)[1]
+    html = section.split("```html\n", 1)[1].split("```", 1)[0]
     assert html.count("127.0.0.1:8787") == 2
     return html.replace("127.0.0.1:8787", f"127.0.0.1:{port}")

@@ -25,10 +25,12 @@ class TurnRecord:
     first_audio: float | None = None  # first TTS audio sent / played
     finished: float | None = None
     barge_in_detected: float | None = None
+    ducked: float | None = None  # agent audio paused under a barge-in candidate
     audio_stopped: float | None = None
     interrupted: bool = False
     error: str | None = None
     transcript: str = ""
+    speculative_stt: bool = False  # STT started before the end of turn was confirmed
 
     def ms(self, start: float | None, end: float | None) -> float | None:
         return None if start is None or end is None else round((end - start) * 1000, 1)

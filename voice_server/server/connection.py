@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -232,21 +233,25 @@ class Connection:
         return self._turn
 
     async def start_utterance(self, pcm: np.ndarray, output: SpeechOutput,
-                              record: TurnRecord | None = None) -> None:
-        """Supersede any running turn and answer this 16 kHz utterance."""
+                              record: TurnRecord | None = None,
+                              transcript: Awaitable[str] | None = None) -> None:
+        """Supersede any running turn and answer this 16 kHz utterance (``transcript``: its
+        speech-to-text already under way, e.g. started speculatively by the WebRTC path)."""
         await self.interrupt()
         assert self.session is not None
         record = record or TurnRecord(session_id=self.session.id)
         attachments, self._attachments = self._attachments, []
-        self._job = asyncio.create_task(self._answer(pcm, output, record, attachments),
+        self._job = asyncio.create_task(self._answer(pcm, output, record, attachments,
+                                                     transcript),
                                         name=f"utterance-{self.session.id}")
 
     async def _answer(self, pcm: np.ndarray, output: SpeechOutput, record: TurnRecord,
-                      attachments: list[VisionAttachment]) -> None:
+                      attachments: list[VisionAttachment],
+                      transcript: Awaitable[str] | None = None) -> None:
         session = self.session
         assert session is not None
         try:
-            text = await self.server.stt.transcribe(pcm)
+            text = await (transcript or self.server.stt.transcribe(pcm))
         except STTError as exc:
             record.error = "STT_ERROR"
             await self.send_error(ErrorCode.STT_ERROR, str(exc))

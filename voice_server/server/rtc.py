@@ -16,6 +16,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 
@@ -181,28 +182,51 @@ class RtcPeer:
         if session is not None:
             overrides = self._server.turn_taking(session)
             values.update({k: v for k, v in overrides.items() if k in values and v is not None})
-        return VADSettings(max_utterance_s=s.max_audio_seconds, **values)
+        return VADSettings(max_utterance_s=s.max_audio_seconds, duck_ms=s.vad_duck_ms,
+                           barge_in_min_speech_ms=s.vad_barge_in_min_speech_ms,
+                           spec_silence_ms=s.vad_spec_silence_ms, **values)
+
+    def _agent_speaking(self) -> bool:
+        turn = self._conn.current_turn
+        return turn is not None and not turn.done
 
     async def _listen(self, track: Any) -> None:
         vad = StreamingVAD(self.vad_settings())
         resampler = Resampler(STT_RATE)
         record: TurnRecord | None = None
         last_interim = 0.0
+        spec: tuple[np.ndarray, asyncio.Task[Any]] | None = None  # speculative STT
         while True:
             try:
                 frame = await track.recv()
             except MediaStreamError:
                 return
             pcm = resampler.push_frame(frame)
+            vad.agent_speaking = self._agent_speaking()
             for event in vad.feed(pcm):
-                if event.kind == "start":
+                if event.kind == "duck":
+                    self._duck()
+                elif event.kind == "reject":
+                    self.outbound.resume()  # a click or cough: carry on talking
+                elif event.kind == "pause":
+                    _drop(spec)
+                    spec = (event.pcm, self._spawn(self._server.stt.transcribe(event.pcm),
+                                                   "speculative-stt"))
+                elif event.kind == "start":
+                    spec = _drop(spec)
                     record = await self._speech_started()
+                    self.outbound.resume()
                     last_interim = time.monotonic()
                 else:
-                    await self._speech_ended(event.pcm, record)
+                    transcript = None
+                    if spec is not None and np.array_equal(spec[0], event.pcm):
+                        transcript, spec = spec[1], None  # the user did not resume: reuse it
+                    spec = _drop(spec)
+                    await self._speech_ended(event.pcm, record, transcript)
                     record = None
                     if (wanted := self.vad_settings()) != vad.settings:  # stage changed
                         vad = StreamingVAD(wanted)
+                        self.outbound.resume()
             if (vad.speaking and self._server.settings.interim_transcripts
                     and vad.time_s and time.monotonic() - last_interim >= INTERIM_EVERY_S
                     and len(vad.utterance_so_far()) >= INTERIM_AFTER_S * STT_RATE
@@ -210,6 +234,18 @@ class RtcPeer:
                 last_interim = time.monotonic()
                 self._interim = self._spawn(self._interim_transcript(vad.utterance_so_far()),
                                             "interim-transcript")
+
+    def _duck(self) -> None:
+        """A voiced run started while the agent talks: silence the agent until the candidate is
+        confirmed (barge-in, cancels the turn) or rejected (resume where it paused)."""
+        conn = self._conn
+        turn = conn.current_turn
+        if (turn is None or turn.done or not self.outbound.busy or conn.session is None
+                or not self._server.may_interrupt(conn.session)):
+            return
+        self.outbound.pause()
+        if turn.record.ducked is None:
+            turn.record.ducked = time.monotonic()
 
     async def _speech_started(self) -> TurnRecord:
         conn = self._conn
@@ -222,7 +258,8 @@ class RtcPeer:
             await conn.interrupt()
         return record
 
-    async def _speech_ended(self, pcm: Any, record: TurnRecord | None) -> None:
+    async def _speech_ended(self, pcm: Any, record: TurnRecord | None,
+                            transcript: asyncio.Task[Any] | None = None) -> None:
         conn = self._conn
         if self._interim is not None and not self._interim.done():
             self._interim.cancel()
@@ -230,7 +267,9 @@ class RtcPeer:
         record = record or TurnRecord(session_id=conn.session.id if conn.session else "?")
         record.speech_end = time.monotonic()
         record.started = record.speech_end
-        await conn.start_utterance(pcm, RtcSpeechOutput(self.outbound, conn.send), record)
+        record.speculative_stt = transcript is not None
+        await conn.start_utterance(pcm, RtcSpeechOutput(self.outbound, conn.send), record,
+                                   transcript)
 
     async def _interim_transcript(self, pcm: Any) -> None:
         text = await self._server.stt.transcribe(pcm)
@@ -256,6 +295,12 @@ class RtcPeer:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.pc.close()
+
+
+def _drop(spec: tuple[Any, asyncio.Task[Any]] | None) -> None:
+    """Discard a speculative transcription the user made stale by speaking on."""
+    if spec is not None and not spec[1].done():
+        spec[1].cancel()
 
 
 def rtc_factory(server: VoiceServer):

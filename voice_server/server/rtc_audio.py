@@ -49,6 +49,14 @@ class OutboundAudioTrack(MediaStreamTrack):
         self._pts = 0
         self._t0: float | None = None
         self.last_voiced_at: float | None = None
+        self.paused = False
+
+    def pause(self) -> None:
+        """Send silence without losing our place (ducking under a barge-in candidate)."""
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
 
     def enqueue(self, pcm48: np.ndarray,
                 on_progress: Callable[[_Clip], None] | None = None) -> _Clip:
@@ -61,6 +69,7 @@ class OutboundAudioTrack(MediaStreamTrack):
         had = bool(self._clips)
         while self._clips:
             self._clips.popleft().finished.set()
+        self.paused = False
         return had
 
     @property
@@ -80,7 +89,7 @@ class OutboundAudioTrack(MediaStreamTrack):
             self._t0 = now - self._pts / RATE
         out = np.zeros(FRAME, dtype=np.int16)
         filled = 0
-        while filled < FRAME and self._clips:
+        while filled < FRAME and self._clips and not self.paused:
             clip = self._clips[0]
             if clip.pos == 0 and not clip.started.is_set():
                 clip.started_at = time.monotonic()

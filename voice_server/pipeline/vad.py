@@ -13,7 +13,8 @@ Two optional early signals serve latency (issue 8) without changing those decisi
   the answer). Only ``start`` cancels the turn.
 - ``pause`` after ``spec_silence_ms`` of trailing silence, carrying exactly the audio the ``end``
   event will carry if the user does not resume: speech-to-text can start early (speculative end
-  of turn) and its result is reused when ``end`` confirms.
+  of turn) and its result is reused when ``end`` confirms; ``resume`` when voiced audio follows
+  a ``pause`` before ``end`` (the speculation is stale).
 
 While ``agent_speaking`` is set, confirming speech needs ``barge_in_min_speech_ms`` of voiced
 audio (an "mm-hm" must not interrupt); ducking makes that longer wait inaudible.
@@ -54,7 +55,7 @@ class VADSettings:
 
 @dataclass(frozen=True)
 class VADEvent:
-    kind: str  # "start" | "end" | "duck" | "reject" | "pause"
+    kind: str  # "start" | "end" | "duck" | "reject" | "pause" | "resume"
     at_s: float  # stream time of the event (seconds of audio fed so far)
     pcm: np.ndarray | None = None  # the utterance, on "end" (and the would-be one on "pause")
     onset_s: float | None = None  # stream time of the first voiced frame, on "start"
@@ -75,6 +76,7 @@ class StreamingVAD:
         self._frames_seen = 0
         self._onset_frame = 0
         self._ducked = False
+        self._paused = False
         self.speaking = False
         self.agent_speaking = False  # set by the owner: raises the confirmation minimum
 
@@ -104,6 +106,9 @@ class StreamingVAD:
         if self.speaking:
             self._speech.append(frame)
             self._silence_frames = 0 if voiced else self._silence_frames + 1
+            if voiced and self._paused:
+                self._paused = False
+                return VADEvent("resume", self.time_s)
             too_long = len(self._speech) * s.frame_ms / 1000 >= s.max_utterance_s
             if self._silence_frames * s.frame_ms >= s.end_silence_ms or too_long:
                 utterance = self._trimmed()
@@ -111,6 +116,7 @@ class StreamingVAD:
                 return VADEvent("end", self.time_s, pcm=utterance)
             if s.spec_silence_ms and self._silence_frames * s.frame_ms == max(
                     s.frame_ms, s.spec_silence_ms - s.spec_silence_ms % s.frame_ms):
+                self._paused = True
                 return VADEvent("pause", self.time_s, pcm=self._trimmed())
             return None
         if voiced:
@@ -158,6 +164,7 @@ class StreamingVAD:
 
     def _reset(self) -> None:
         self.speaking = False
+        self._paused = False
         self._speech = []
         self._silence_frames = 0
         self._candidate = []

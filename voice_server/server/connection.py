@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -234,22 +234,27 @@ class Connection:
 
     async def start_utterance(self, pcm: np.ndarray, output: SpeechOutput,
                               record: TurnRecord | None = None,
-                              transcript: Awaitable[str] | None = None) -> None:
-        """Supersede any running turn and answer this 16 kHz utterance (``transcript``: its
-        speech-to-text already under way, e.g. started speculatively by the WebRTC path)."""
+                              transcript: Awaitable[str] | None = None,
+                              emit: Callable[[Message], Awaitable[None]] | None = None) -> None:
+        """Supersede any running turn and answer this 16 kHz utterance. The WebRTC path's
+        speculative end of turn passes ``transcript`` (speech-to-text already under way) and
+        ``emit`` (holds messages until the end of turn is confirmed); an ``output`` whose
+        ``discarded`` is true at the end was never heard and leaves no history."""
         await self.interrupt()
         assert self.session is not None
         record = record or TurnRecord(session_id=self.session.id)
         attachments, self._attachments = self._attachments, []
         self._job = asyncio.create_task(self._answer(pcm, output, record, attachments,
-                                                     transcript),
+                                                     transcript, emit or self.send),
                                         name=f"utterance-{self.session.id}")
 
     async def _answer(self, pcm: np.ndarray, output: SpeechOutput, record: TurnRecord,
                       attachments: list[VisionAttachment],
-                      transcript: Awaitable[str] | None = None) -> None:
+                      transcript: Awaitable[str] | None = None,
+                      emit: Callable[[Message], Awaitable[None]] | None = None) -> None:
         session = self.session
         assert session is not None
+        send = emit or self.send
         try:
             text = await (transcript or self.server.stt.transcribe(pcm))
         except STTError as exc:
@@ -259,10 +264,10 @@ class Connection:
             return
         record.stt_done = time.monotonic()
         record.transcript = text
-        await self.send(Transcript(text=text, is_final=True))
+        await send(Transcript(text=text, is_final=True))
         if not text.strip():
             return
-        ctx = TurnContext(history=session.history, emit=self.send,
+        ctx = TurnContext(history=session.history, emit=send,
                           user_message=self.server.user_message(text, attachments),
                           state=session.state)
         turn = Turn(ctx=ctx, responder=self.server.responder_for(session), tts=self.server.tts,
@@ -270,6 +275,8 @@ class Connection:
         self._turn = turn
         turn.start()
         await turn.wait()
+        if getattr(output, "discarded", False):  # a speculative answer the user resumed over
+            return
         await self.server.sessions.append_history(session, turn.committed)
         await self.server.sessions.save(session)  # playbook state changed in place
         self.server.metrics.record_turn(record)

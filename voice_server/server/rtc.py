@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,7 +34,7 @@ from ..protocol import (
     Transcript,
     parse_client,
 )
-from .rtc_audio import OutboundAudioTrack, RtcSpeechOutput
+from .rtc_audio import HeldOutput, OutboundAudioTrack, RtcSpeechOutput
 
 if TYPE_CHECKING:
     from .app import VoiceServer
@@ -195,45 +196,76 @@ class RtcPeer:
         resampler = Resampler(STT_RATE)
         record: TurnRecord | None = None
         last_interim = 0.0
-        spec: tuple[np.ndarray, asyncio.Task[Any]] | None = None  # speculative STT
-        while True:
-            try:
-                frame = await track.recv()
-            except MediaStreamError:
-                return
-            pcm = resampler.push_frame(frame)
-            vad.agent_speaking = self._agent_speaking()
-            for event in vad.feed(pcm):
-                if event.kind == "duck":
-                    self._duck()
-                elif event.kind == "reject":
-                    self.outbound.resume()  # a click or cough: carry on talking
-                elif event.kind == "pause":
-                    _drop(spec)
-                    spec = (event.pcm, self._spawn(self._server.stt.transcribe(event.pcm),
-                                                   "speculative-stt"))
-                elif event.kind == "start":
-                    spec = _drop(spec)
-                    record = await self._speech_started()
-                    self.outbound.resume()
-                    last_interim = time.monotonic()
-                else:
-                    transcript = None
-                    if spec is not None and np.array_equal(spec[0], event.pcm):
-                        transcript, spec = spec[1], None  # the user did not resume: reuse it
-                    spec = _drop(spec)
-                    await self._speech_ended(event.pcm, record, transcript)
-                    record = None
-                    if (wanted := self.vad_settings()) != vad.settings:  # stage changed
-                        vad = StreamingVAD(wanted)
+        held: _Speculation | None = None  # an answer started on a short pause, not yet heard
+        try:
+            while True:
+                try:
+                    frame = await track.recv()
+                except MediaStreamError:
+                    return
+                pcm = resampler.push_frame(frame)
+                vad.agent_speaking = self._agent_speaking()
+                for event in vad.feed(pcm):
+                    if event.kind == "duck":
+                        self._duck()
+                    elif event.kind == "reject":
+                        self.outbound.resume()  # a click or cough: carry on talking
+                    elif event.kind == "pause":
+                        held = await self._abandon(held)
+                        held = await self._speculate(event.pcm)
+                    elif event.kind == "resume":
+                        held = await self._abandon(held)  # the user spoke on: drop it unheard
+                    elif event.kind == "start":
+                        held = await self._abandon(held)
+                        record = await self._speech_started()
                         self.outbound.resume()
-            if (vad.speaking and self._server.settings.interim_transcripts
-                    and vad.time_s and time.monotonic() - last_interim >= INTERIM_EVERY_S
-                    and len(vad.utterance_so_far()) >= INTERIM_AFTER_S * STT_RATE
-                    and (self._interim is None or self._interim.done())):
-                last_interim = time.monotonic()
-                self._interim = self._spawn(self._interim_transcript(vad.utterance_so_far()),
-                                            "interim-transcript")
+                        last_interim = time.monotonic()
+                    else:
+                        if held is not None and np.array_equal(held.pcm, event.pcm):
+                            await self._confirm(held)
+                            held = None
+                        else:
+                            held = await self._abandon(held)
+                            await self._speech_ended(event.pcm, record)
+                        record = None
+                        if (wanted := self.vad_settings()) != vad.settings:  # stage changed
+                            vad = StreamingVAD(wanted)
+                            self.outbound.resume()
+                if (vad.speaking and self._server.settings.interim_transcripts
+                        and vad.time_s and time.monotonic() - last_interim >= INTERIM_EVERY_S
+                        and len(vad.utterance_so_far()) >= INTERIM_AFTER_S * STT_RATE
+                        and (self._interim is None or self._interim.done())):
+                    last_interim = time.monotonic()
+                    self._interim = self._spawn(
+                        self._interim_transcript(vad.utterance_so_far()), "interim-transcript")
+        finally:
+            if held is not None:
+                held.output.discard()
+
+    async def _speculate(self, pcm: np.ndarray) -> _Speculation:
+        """Speculative end of turn: answer the utterance so far now, holding its messages and
+        audio until the full end-of-speech silence confirms it."""
+        conn = self._conn
+        record = TurnRecord(session_id=conn.session.id if conn.session else "?")
+        output = HeldOutput(RtcSpeechOutput(self.outbound, conn.send), conn.send)
+        transcript = self._spawn(self._server.stt.transcribe(pcm), "speculative-stt")
+        await conn.start_utterance(pcm, output, record, transcript, emit=output.emit)
+        return _Speculation(pcm, output, record)
+
+    async def _confirm(self, held: _Speculation) -> None:
+        conn = self._conn
+        if self._interim is not None and not self._interim.done():
+            self._interim.cancel()
+        await conn.send(SpeechEnd())
+        held.record.speech_end = held.record.started = time.monotonic()
+        held.record.speculative_stt = True
+        await held.output.commit()
+
+    async def _abandon(self, held: _Speculation | None) -> None:
+        if held is not None:
+            held.output.discard()
+            await self._conn.interrupt()  # the held answer is the connection's current job
+        return None
 
     def _duck(self) -> None:
         """A voiced run started while the agent talks: silence the agent until the candidate is
@@ -258,8 +290,7 @@ class RtcPeer:
             await conn.interrupt()
         return record
 
-    async def _speech_ended(self, pcm: Any, record: TurnRecord | None,
-                            transcript: asyncio.Task[Any] | None = None) -> None:
+    async def _speech_ended(self, pcm: Any, record: TurnRecord | None) -> None:
         conn = self._conn
         if self._interim is not None and not self._interim.done():
             self._interim.cancel()
@@ -267,9 +298,7 @@ class RtcPeer:
         record = record or TurnRecord(session_id=conn.session.id if conn.session else "?")
         record.speech_end = time.monotonic()
         record.started = record.speech_end
-        record.speculative_stt = transcript is not None
-        await conn.start_utterance(pcm, RtcSpeechOutput(self.outbound, conn.send), record,
-                                   transcript)
+        await conn.start_utterance(pcm, RtcSpeechOutput(self.outbound, conn.send), record)
 
     async def _interim_transcript(self, pcm: Any) -> None:
         text = await self._server.stt.transcribe(pcm)
@@ -297,10 +326,11 @@ class RtcPeer:
         await self.pc.close()
 
 
-def _drop(spec: tuple[Any, asyncio.Task[Any]] | None) -> None:
-    """Discard a speculative transcription the user made stale by speaking on."""
-    if spec is not None and not spec[1].done():
-        spec[1].cancel()
+@dataclass
+class _Speculation:
+    pcm: np.ndarray  # the utterance as it was at the pause (``end`` must carry the same)
+    output: HeldOutput
+    record: TurnRecord
 
 
 def rtc_factory(server: VoiceServer):

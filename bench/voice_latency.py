@@ -1,17 +1,27 @@
-"""Benchmark: voice-to-voice and barge-in latency over WebRTC with a scripted aiortc peer.
+"""Benchmark: voice-to-voice and barge-in latency over WebRTC, voice_server against Pipecat.
 
-Prints JSON: p50/p95/max of voice-to-voice (end of speech in the WAV -> first non-silent agent
-audio frame received), barge-in reaction (onset of interrupting speech -> agent audio silent), and
-the server's per-stage turn records. Runs the embedded local LLM and, in the same run, a baseline
-whose LLM is an instant scripted server (the pipeline's floor), and prints their ratio.
+Both systems run as subprocesses with the same models (Whisper tiny.en, Piper joe, SmolLM2 via
+one shared llama-cpp-python OpenAI-compatible server) inside a private network namespace;
+scripted aiortc peers speak espeak-ng WAVs and time the audio they get back. Phases, each run
+for voice_server then Pipecat, interleaved:
 
-    python bench/voice_latency.py --turns 6 --barge-ins 4
+1. local LLM: voice-to-voice at 1, 2 and 4 concurrent sessions (p50/p95/max), CPU and RSS of
+   the server process (psutil), the server's own turn records and event-loop lag (ours);
+2. sequential connections: RSS after each of N connections (one turn each);
+3. scripted LLM (instant, from ``tests/support/fake_openai.py``): the pipeline's floor and
+   barge-in reaction (onset of interrupting speech -> agent audio silent) on a long answer.
+
+Prints JSON with the ratios Pipecat/voice_server of p50 and p95, and writes a PNG timeline.
+
+    python bench/voice_latency.py --pipecat-python /work/venv-pipecat/bin/python \\
+        --chart docs/latency.png
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -19,144 +29,371 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 from bench._netns import reexec_in_private_netns  # noqa: E402
 
 QUESTIONS = ["What is the capital of France?", "How far away is the moon?",
              "Name a fruit that is yellow.", "Why is the sky blue?",
              "What do cats like to eat?", "What is two plus two?"]
+SHORT = "Paris is the capital of France."
 LONG = ("Let me tell you a long story about the sea. The waves roll in slowly every morning. "
         "Fishermen go out before the sun rises. They bring back fish for the market. Children "
         "play on the warm sand all day. In the evening the lighthouse shines across the water.")
-LOUD = 300.0  # RMS of a 20 ms frame that counts as agent speech
 
 
-def speech48k(text: str, folder: Path, pad=(1.0, 1.2)) -> bytes:
+def speech48k(text: str, folder: Path, pad=(1.0, 1.0)) -> np.ndarray:
+    from voice_server.pipeline.audio import decode_wav
+
     raw, out = folder / "raw.wav", folder / f"{abs(hash((text, pad)))}.wav"
     subprocess.run(["espeak-ng", "-v", "en-us", "-s", "150", "-w", str(raw), text], check=True)
     subprocess.run(["sox", str(raw), "-r", "48000", "-c", "1", "-b", "16", str(out), "pad",
                     str(pad[0]), str(pad[1])], check=True)
-    return out.read_bytes()
+    return decode_wav(out.read_bytes(), max_seconds=60, to_rate=48000)
 
 
-def stats(values: list[float]) -> dict:
+def stats(values: list[float | None]) -> dict[str, Any]:
     v = sorted(x for x in values if x is not None)
+    missing = sum(1 for x in values if x is None)
     if not v:
-        return {"n": 0}
+        return {"n": 0, "missing": missing}
     return {"n": len(v), "p50": round(float(np.percentile(v, 50)), 1),
-            "p95": round(float(np.percentile(v, 95)), 1), "max": round(max(v), 1)}
+            "p95": round(float(np.percentile(v, 95)), 1), "max": round(max(v), 1),
+            "missing": missing}
 
 
-def speech_bounds(pcm48: np.ndarray) -> tuple[float, float]:
-    loud = np.flatnonzero(np.abs(pcm48) > 500)
-    return loud[0] / 48000, loud[-1] / 48000
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
-async def voice_turns(url: str, wavs: list[bytes], turns: int) -> tuple[list[float], list]:
-    from tests.rtc.peer import RtcClient
-    from voice_server.pipeline.audio import decode_wav, rms
+class Sampler:
+    """CPU (100 % = one core) and RSS of a process tree, sampled every 0.5 s."""
 
-    v2v: list[float] = []
-    async with RtcClient(url) as client:
-        await client.negotiate()
-        for i in range(turns):
-            wav = wavs[i % len(wavs)]
-            pcm = decode_wav(wav, max_seconds=60, to_rate=48000)
-            _, end_off = speech_bounds(pcm)
-            clip = client.mic.enqueue(pcm)
-            await clip.started.wait()
-            speech_end = clip.started_at + end_off
-            n_done = len(client.messages("tts-complete")) + 1
-            await client.wait_for("tts-complete", count=n_done, timeout=120)
-            first = next((t for t, f in client.heard if t > speech_end and rms(f) > LOUD), None)
-            v2v.append((first - speech_end) * 1000 if first else None)
+    def __init__(self, pid: int) -> None:
+        import psutil
+
+        self.proc = psutil.Process(pid)
+        self.cpu: list[float] = []
+        self.rss: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def rss_mb(self) -> float:
+        procs = [self.proc, *self.proc.children(recursive=True)]
+        return round(sum(p.memory_info().rss for p in procs) / 2**20, 1)
+
+    async def _run(self) -> None:
+        procs = [self.proc, *self.proc.children(recursive=True)]
+        for p in procs:
+            p.cpu_percent(None)
+        while True:
             await asyncio.sleep(0.5)
-    return v2v, []
+            self.cpu.append(sum(p.cpu_percent(None) for p in procs))
+            self.rss.append(self.rss_mb())
+
+    def __enter__(self) -> Sampler:
+        self.cpu, self.rss = [], []
+        self._task = asyncio.create_task(self._run(), name="bench-sampler")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    def summary(self) -> dict[str, Any]:
+        cpu = self.cpu or [0.0]
+        return {"cpu_mean_pct": round(float(np.mean(cpu)), 1),
+                "cpu_p95_pct": round(float(np.percentile(cpu, 95)), 1),
+                "rss_mb_start": self.rss[0] if self.rss else None,
+                "rss_mb_max": max(self.rss) if self.rss else None}
 
 
-async def barge_ins(url: str, fake, story: bytes, interrupt: bytes, n: int) -> list[float]:
-    from tests.rtc.peer import RtcClient
-    from voice_server.pipeline.audio import decode_wav, rms
+class System:
+    """One system under test in a subprocess: ``ours`` or ``pipecat``."""
 
-    reactions: list[float] = []
-    pcm_int = decode_wav(interrupt, max_seconds=60, to_rate=48000)
-    onset_off, _ = speech_bounds(pcm_int)
-    async with RtcClient(url) as client:
-        await client.negotiate()
-        for i in range(n):
-            fake.add(LONG, "Okay.")
-            client.mic.enqueue(decode_wav(story, max_seconds=60, to_rate=48000))
-            await client.wait_for("tts-start", count=2 * i + 1, timeout=120)
-            await asyncio.sleep(1.5)
-            clip = client.mic.enqueue(pcm_int)
-            await clip.started.wait()
-            onset = clip.started_at + onset_off
-            await client.wait_for("tts-cancelled", count=i + 1, timeout=60)
-            await asyncio.sleep(1.0)
-            loud = [t for t, f in client.heard if onset <= t <= onset + 2.0 and rms(f) > LOUD]
-            # the agent audio stops: last loud frame of the interrupted answer after the onset
-            reactions.append(((max(loud) if loud else onset) - onset) * 1000)
+    def __init__(self, name: str, cmd: list[str], llm_url: str) -> None:
+        self.name, self.cmd, self.llm_url = name, cmd, llm_url
+        self.proc: subprocess.Popen[str] | None = None
+        self.url = ""
+        self.sampler: Sampler | None = None
+
+    async def __aenter__(self) -> System:
+        self.proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,  # noqa: ASYNC220
+                                     text=True, cwd=ROOT)
+        line = await asyncio.to_thread(self._wait_ready)
+        if self.name == "ours":
+            self.url = f"ws://127.0.0.1:{json.loads(line)['port']}/ws"
+        self.sampler = Sampler(self.proc.pid)
+        return self
+
+    def _wait_ready(self) -> str:
+        assert self.proc is not None and self.proc.stdout is not None
+        while line := self.proc.stdout.readline():
+            if line.startswith(("{", "ready")):
+                return line
+        raise RuntimeError(f"{self.name} exited before it was ready")
+
+    def client(self) -> Any:
+        from bench._peers import PipecatClient, RtcClient
+
+        return RtcClient(self.url) if self.name == "ours" else PipecatClient(self.url)
+
+    async def dump(self) -> dict[str, Any]:
+        if self.name != "ours" or self.proc is None:
+            return {}
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("dump\n")
+        self.proc.stdin.flush()
+        return json.loads(await asyncio.to_thread(self.proc.stdout.readline))
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            with contextlib.suppress(Exception):
+                self.proc.stdin.close()
+            self.proc.terminate()
             try:
-                await client.wait_for("tts-complete", count=i + 1, timeout=60)
-            except TimeoutError:
-                print([m for m in client.messages() if m["type"] != "llm-chunk"], file=sys.stderr)
-                raise
+                await asyncio.to_thread(self.proc.wait, 15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def build_systems(args: argparse.Namespace, llm_url: str, model: str) -> list[System]:
+    from voice_server.pipeline.stt import default_whisper_dir
+    from voice_server.pipeline.tts import default_piper_voice
+
+    overrides = json.loads(args.ours_settings)
+    ours_settings = {"port": 0, "ice_host_addresses": "127.0.0.1", "llm_provider":
+                     "openai_compat", "llm_base_url": llm_url, "llm_model": model,
+                     "llm_max_tokens": 60, **overrides}
+    systems = [System("ours", [sys.executable, "bench/_ours_proc.py",
+                               json.dumps(ours_settings)], llm_url)]
+    if args.pipecat_python:
+        port = free_port()
+        voice = default_piper_voice()
+        pc = System("pipecat", [args.pipecat_python, "bench/pipecat_bot.py", "--port", str(port),
+                                "--llm-url", llm_url, "--llm-model", model,
+                                "--whisper-dir", str(default_whisper_dir()),
+                                "--piper-dir", str(voice.parent),
+                                "--piper-voice", voice.name.removesuffix(".onnx")], llm_url)
+        pc.url = f"http://127.0.0.1:{port}"
+        systems.append(pc)
+    return systems
+
+
+async def session(system: System, wavs: list[np.ndarray], turns: int, offset: int
+                  ) -> list[dict[str, Any]]:
+    from bench._peers import turn
+
+    out = []
+    async with system.client() as client:
+        t0 = time.monotonic()
+        await client.negotiate()
+        connect_ms = round((time.monotonic() - t0) * 1000, 1)
+        await asyncio.sleep(0.5)
+        for i in range(turns):
+            result = await turn(client, wavs[(offset + i) % len(wavs)])
+            result["connect_ms"] = connect_ms
+            if hasattr(client, "dc_messages"):  # ours: the data channel's stage messages
+                result["dc"] = [(t, m["type"]) for t, m in client.dc_messages
+                                if m["type"] in ("speech-end", "transcript", "llm-chunk",
+                                                 "tts-start")]
+            out.append(result)
+            await asyncio.sleep(0.3)
+    return out
+
+
+async def concurrency_phase(systems: list[System], wavs, levels: list[int], turns: int
+                            ) -> dict[str, Any]:
+    result: dict[str, Any] = {s.name: {} for s in systems}
+    for n in levels:
+        for system in systems:  # interleaved: each level runs on both before the next
+            assert system.sampler is not None
+            with system.sampler:
+                runs = await asyncio.gather(*(session(system, wavs, turns, k)
+                                              for k in range(n)))
+            flat = [r for run in runs for r in run]
+            dump = await system.dump()
+            entry = {"voice_to_voice_ms": stats([r["v2v_ms"] for r in flat]),
+                     "connect_ms": stats([r["connect_ms"] for r in runs[0][:1]]),
+                     "no_reply": sum(1 for r in flat if r["v2v_ms"] is None),
+                     **system.sampler.summary()}
+            if dump:
+                recs = [t for t in dump["turns"] if not t["interrupted"]]
+                entry["server"] = {k: stats([t[k] for t in recs]) for k in (
+                    "stt_ms", "llm_ttft_ms", "tts_first_audio_ms", "first_audio_ms",
+                    "overhead_ms")}
+                entry["server"]["speculative_stt_used"] = sum(t["speculative_stt"]
+                                                              for t in recs)
+                lag = dump["loop_lag_ms"]
+                entry["loop_lag_ms"] = stats(lag)
+                entry["_records"] = recs
+            entry["_turns"] = flat
+            result[system.name][f"sessions_{n}"] = entry
+            print(f"# {system.name} x{n}: {entry['voice_to_voice_ms']}", file=sys.stderr)
+    return result
+
+
+async def connections_phase(systems: list[System], wavs, count: int) -> dict[str, Any]:
+    from bench._peers import turn
+
+    out = {}
+    for system in systems:
+        assert system.sampler is not None
+        rss = []
+        for i in range(count):
+            async with system.client() as client:
+                await client.negotiate()
+                await turn(client, wavs[i % len(wavs)])
             await asyncio.sleep(0.5)
-    return reactions
+            rss.append(system.sampler.rss_mb())
+        out[system.name] = {"connections": count, "rss_mb_after_first": rss[0],
+                            "rss_mb_after_last": rss[-1],
+                            "growth_pct": round((rss[-1] / rss[0] - 1) * 100, 1)}
+        print(f"# {system.name} connections: {out[system.name]}", file=sys.stderr)
+    return out
 
 
-def server_stages(server, since: int) -> dict:
-    records = list(server.last_turns)[since:]
-    s = [r.summary() for r in records if not r.interrupted]
-    return {k: stats([x[k] for x in s]) for k in ("stt_ms", "llm_ttft_ms", "tts_first_audio_ms",
-                                                   "first_audio_ms")}
+async def scripted_phase(systems: list[System], fake, wavs, story, interrupt, turns: int,
+                         barge_ins: int) -> dict[str, Any]:
+    from bench._peers import barge_in, turn
+
+    out: dict[str, Any] = {}
+    for system in systems:
+        fake.default_text = SHORT
+        async with system.client() as client:
+            await client.negotiate()
+            await asyncio.sleep(0.5)
+            floor = [await turn(client, wavs[i % len(wavs)]) for i in range(turns)]
+            fake.default_text = LONG
+            reactions = []
+            for _ in range(barge_ins):
+                reactions.append(await barge_in(client, story, interrupt))
+        dump = await system.dump()
+        entry = {"voice_to_voice_ms": stats([r["v2v_ms"] for r in floor]),
+                 "barge_in_reaction_ms": stats([r["reaction_ms"] for r in reactions
+                                                if r["talking_at_onset"]]),
+                 "barge_in_invalid": sum(1 for r in reactions if not r["talking_at_onset"])}
+        if dump:
+            cut = [t for t in dump["turns"] if t["interrupted"]]
+            entry["server_cancel_ms"] = stats([t["barge_in_ms"] for t in cut])
+        out[system.name] = entry
+        print(f"# {system.name} scripted: {entry}", file=sys.stderr)
+    return out
+
+
+def ratio(result: dict[str, Any], key: str) -> float | None:
+    ours = result.get("ours", {}).get("voice_to_voice_ms", {}).get(key)
+    theirs = result.get("pipecat", {}).get("voice_to_voice_ms", {}).get(key)
+    return round(theirs / ours, 2) if ours and theirs else None
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--turns", type=int, default=6)
+    parser.add_argument("--turns", type=int, default=6, help="turns per session and level")
+    parser.add_argument("--sessions", default="1,2,4", help="concurrency levels")
+    parser.add_argument("--connections", type=int, default=20,
+                        help="sequential connections for the RSS check (0: skip)")
     parser.add_argument("--barge-ins", type=int, default=4)
+    parser.add_argument("--pipecat-python", help="python of a venv with pipecat-ai (skip if "
+                        "not given)")
+    parser.add_argument("--llama-python", help="python with llama-cpp-python[server] (default: "
+                        "--pipecat-python, else this one)")
+    parser.add_argument("--ours-settings", default="{}", help="JSON Settings overrides")
+    parser.add_argument("--chart", help="write the timeline PNG here")
+    parser.add_argument("--json", help="also write the full result (per-turn data) here")
+    parser.add_argument("--skip", default="", help="comma list of phases to skip: "
+                        "load,connections,scripted")
     args = parser.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
 
     from tests.support.fake_openai import FakeOpenAI
-    from voice_server.config import load_settings
-    from voice_server.server.app import VoiceServer
+    from voice_server.llm.local import default_gguf_path
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         wavs = [speech48k(q, folder) for q in QUESTIONS]
-        story = speech48k("Tell me a story.", folder)
-        interrupt = speech48k("Stop please, I have a question.", folder, pad=(0.0, 1.2))
-    common = {"port": 0, "ice_host_addresses": "127.0.0.1", "interim_transcripts": False}
-    result: dict = {"bench": "voice_latency", "cpu_count": os.cpu_count()}
-    async with FakeOpenAI(default_text="Paris is the capital of France.") as fake:
-        settings = load_settings(llm_provider="openai_compat", llm_base_url=fake.base_url,
-                                 llm_model="fake", **common)
-        async with VoiceServer(settings) as server:
-            url = f"ws://127.0.0.1:{server.port}/ws"
-            v2v, _ = await voice_turns(url, wavs, args.turns)
-            result["baseline_scripted_llm"] = {"voice_to_voice_ms": stats(v2v),
-                                               "server_stages": server_stages(server, 0)}
-            since = len(server.last_turns)
-            reactions = await barge_ins(url, fake, story, interrupt, args.barge_ins)
-            barge = [r.summary()["barge_in_ms"] for r in list(server.last_turns)[since:]
-                     if r.interrupted]
-            result["barge_in"] = {"reaction_ms_client": stats(reactions),
-                                  "server_cancel_ms": stats(barge)}
-    async with VoiceServer(load_settings(llm_max_tokens=60, **common)) as server:
-        url = f"ws://127.0.0.1:{server.port}/ws"
-        started = time.monotonic()
-        v2v, _ = await voice_turns(url, wavs, args.turns)
-        result["local_llm"] = {"voice_to_voice_ms": stats(v2v),
-                               "server_stages": server_stages(server, 0),
-                               "wall_s": round(time.monotonic() - started, 1)}
-    base = result["baseline_scripted_llm"]["voice_to_voice_ms"].get("p50")
-    local = result["local_llm"]["voice_to_voice_ms"].get("p50")
-    result["ratio_local_vs_baseline_p50"] = round(local / base, 2) if base and local else None
-    print(json.dumps(result, indent=2))
+        story = speech48k("Tell me a long story about the sea.", folder)
+        interrupt = speech48k("Stop please, I have a question.", folder, pad=(0.0, 1.0))
+    result: dict[str, Any] = {"bench": "voice_latency", "cpu_count": os.cpu_count(),
+                              "load_avg_start": os.getloadavg()}
+    llama_port = free_port()
+    llama = subprocess.Popen(  # noqa: ASYNC220 (a long-lived server, never waited on the loop)
+        [args.llama_python or args.pipecat_python or sys.executable, "-m", "llama_cpp.server",
+         "--model", str(default_gguf_path()), "--host", "127.0.0.1", "--port", str(llama_port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    llama_url = f"http://127.0.0.1:{llama_port}/v1"
+    try:
+        await wait_http(f"{llama_url}/models")
+        if "load" not in skip or "connections" not in skip:
+            systems = build_systems(args, llama_url, "smollm2")
+            async with contextlib.AsyncExitStack() as stack:
+                for system in systems:
+                    await stack.enter_async_context(system)
+                if "load" not in skip:
+                    levels = [int(x) for x in args.sessions.split(",")]
+                    result["local_llm"] = await concurrency_phase(systems, wavs, levels,
+                                                                  args.turns)
+                if "connections" not in skip and args.connections:
+                    result["sequential_connections"] = await connections_phase(
+                        systems, wavs, args.connections)
+        if "scripted" not in skip:
+            async with FakeOpenAI(default_text=SHORT) as fake:
+                systems = build_systems(args, fake.base_url, "fake-model")
+                async with contextlib.AsyncExitStack() as stack:
+                    for system in systems:
+                        await stack.enter_async_context(system)
+                    result["scripted_llm"] = await scripted_phase(
+                        systems, fake, wavs, story, interrupt, max(2, args.turns // 2),
+                        args.barge_ins)
+    finally:
+        llama.terminate()
+        llama.wait(10)
+    result["ratios_pipecat_over_ours"] = ratios(result)
+    result["load_avg_end"] = os.getloadavg()
+    if args.chart and "local_llm" in result:
+        from bench._chart import timeline_chart
+
+        timeline_chart(result, args.chart)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1, default=str))  # noqa: ASYNC240
+    print(json.dumps(strip_private(result), indent=2))
+
+
+def ratios(result: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for phase in ("local_llm",):
+        for level, entry in result.get(phase, {}).get("ours", {}).items():
+            pair = {"ours": entry, "pipecat": result[phase].get("pipecat", {}).get(level, {})}
+            out[f"{phase}_{level}"] = {"p50": ratio(pair, "p50"), "p95": ratio(pair, "p95")}
+    if "scripted_llm" in result:
+        out["scripted_llm"] = {"p50": ratio(result["scripted_llm"], "p50"),
+                               "p95": ratio(result["scripted_llm"], "p95")}
+    return out
+
+
+def strip_private(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: strip_private(v) for k, v in value.items() if not k.startswith("_")}
+    return value
+
+
+async def wait_http(url: str, timeout: float = 60) -> None:
+    import aiohttp
+
+    async with asyncio.timeout(timeout), aiohttp.ClientSession() as http:
+        while True:
+            with contextlib.suppress(aiohttp.ClientError):
+                async with http.get(url) as resp:
+                    if resp.status == 200:
+                        return
+            await asyncio.sleep(0.2)
 
 
 if __name__ == "__main__":

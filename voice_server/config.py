@@ -59,6 +59,13 @@ class Settings(BaseSettings):
                                    "(and barges in)")
     vad_end_silence_ms: int = Field(500, ge=60, description="silence that ends an utterance")
     vad_pre_roll_ms: int = Field(300, ge=0, description="audio kept before speech starts")
+    vad_duck_ms: int = Field(60, ge=0, description="voiced audio during agent speech that pauses "
+                             "the agent's audio until speech is confirmed or rejected (0: off)")
+    vad_barge_in_min_speech_ms: int = Field(400, ge=0, description="voiced audio that confirms "
+                                            "a barge-in while the agent speaks (0: as "
+                                            "vad_min_speech_ms)")
+    vad_spec_silence_ms: int = Field(200, ge=0, description="silence after which speech-to-text "
+                                     "starts speculatively, before the end of turn (0: off)")
     interim_transcripts: bool = Field(True, description="send isFinal=false transcripts while "
                                       "the user speaks")
 

@@ -20,15 +20,21 @@ class TurnRecord:
     started: float = field(default_factory=time.monotonic)  # request / end of user speech
     speech_end: float | None = None
     stt_done: float | None = None
+    llm_requested: float | None = None  # the turn asked the responder for its answer
     llm_first_token: float | None = None
+    first_chunk: float | None = None  # first speakable piece queued for TTS
+    tts_synth_start: float | None = None  # first piece's synthesis started / done
+    tts_synth_done: float | None = None
     llm_done: float | None = None
     first_audio: float | None = None  # first TTS audio sent / played
     finished: float | None = None
     barge_in_detected: float | None = None
+    ducked: float | None = None  # agent audio paused under a barge-in candidate
     audio_stopped: float | None = None
     interrupted: bool = False
     error: str | None = None
     transcript: str = ""
+    speculative_stt: bool = False  # STT started before the end of turn was confirmed
 
     def ms(self, start: float | None, end: float | None) -> float | None:
         return None if start is None or end is None else round((end - start) * 1000, 1)
@@ -42,9 +48,18 @@ class TurnRecord:
             "first_audio_ms": self.ms(origin, self.first_audio),
             "total_ms": self.ms(origin, self.finished),
             "barge_in_ms": self.ms(self.barge_in_detected, self.audio_stopped),
+            "overhead_ms": self.overhead_ms(),
             "interrupted": self.interrupted,
             "error": self.error,
         }
+
+    def overhead_ms(self) -> float | None:
+        """Time to first audio spent outside model compute: STT done -> LLM asked, first piece
+        queued -> its synthesis started, synthesis done -> first frame played."""
+        parts = [self.ms(self.stt_done, self.llm_requested),
+                 self.ms(self.first_chunk, self.tts_synth_start),
+                 self.ms(self.tts_synth_done, self.first_audio)]
+        return None if None in parts else round(sum(parts), 1)
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -182,6 +182,7 @@ class Turn:
         rec = self.record
         chunker = SentenceChunker()
         held: str | None = None  # one delta held back so the last llm-chunk carries done=true
+        rec.llm_requested = time.monotonic()
         async for delta in self._responder.respond(self.ctx):
             if rec.llm_first_token is None:
                 rec.llm_first_token = time.monotonic()
@@ -190,9 +191,13 @@ class Turn:
                 await self._emit(LLMChunk(content=held, done=False))
             held = delta
             for piece in chunker.feed(delta):
+                if rec.first_chunk is None:
+                    rec.first_chunk = time.monotonic()
                 sentences.put_nowait(piece)
         rec.llm_done = time.monotonic()
         if (rest := chunker.flush()) is not None:
+            if rec.first_chunk is None:
+                rec.first_chunk = time.monotonic()
             sentences.put_nowait(rest)
         sentences.put_nowait(None)
         await self._emit(LLMChunk(content=held or "", done=True))
@@ -202,8 +207,14 @@ class Turn:
                                          output_tokens=self.ctx.usage.output_tokens))
 
     async def _speak(self, sentences: asyncio.Queue[str | None]) -> None:
+        rec = self.record
         while (text := await sentences.get()) is not None:
+            first = rec.tts_synth_start is None
+            if first:
+                rec.tts_synth_start = time.monotonic()
             pcm = await self._tts.synthesize(text)
+            if first:
+                rec.tts_synth_done = time.monotonic()
             if len(pcm) == 0:
                 continue
             await self._output.play(text, pcm, self._tts.sample_rate)

@@ -4,6 +4,20 @@
 frames without a long gap), ``end`` (with the utterance audio, pre-roll included) after
 ``end_silence_ms`` of trailing silence. Short noises below the minimum produce nothing, so they
 neither start an utterance nor barge in (DESIGN.md, "Barge-in").
+
+Two optional early signals serve latency (issue 8) without changing those decisions:
+
+- ``duck`` after ``duck_ms`` of voiced audio in a not-yet-confirmed candidate, and ``reject`` when
+  that candidate dies: the server pauses its outbound audio on ``duck`` (so a real barge-in is
+  silent within ~60 ms) and resumes it on ``reject`` (a click or cough costs a short gap, never
+  the answer). Only ``start`` cancels the turn.
+- ``pause`` after ``spec_silence_ms`` of trailing silence, carrying exactly the audio the ``end``
+  event will carry if the user does not resume: speech-to-text can start early (speculative end
+  of turn) and its result is reused when ``end`` confirms; ``resume`` when voiced audio follows
+  a ``pause`` before ``end`` (the speculation is stale).
+
+While ``agent_speaking`` is set, confirming speech needs ``barge_in_min_speech_ms`` of voiced
+audio (an "mm-hm" must not interrupt); ducking makes that longer wait inaudible.
 """
 
 from __future__ import annotations
@@ -28,6 +42,9 @@ class VADSettings:
     pre_roll_ms: int = 300  # audio kept before the first voiced frame
     gap_ms: int = 100  # unvoiced run that resets a not-yet-confirmed candidate
     max_utterance_s: float = 30.0
+    duck_ms: int = 0  # voiced audio that emits ``duck`` (0: never)
+    spec_silence_ms: int = 0  # trailing silence that emits ``pause`` (0: never)
+    barge_in_min_speech_ms: int = 0  # confirmation minimum while the agent speaks (0: same)
 
     def __post_init__(self) -> None:
         if self.frame_ms not in (10, 20, 30):
@@ -38,9 +55,9 @@ class VADSettings:
 
 @dataclass(frozen=True)
 class VADEvent:
-    kind: str  # "start" | "end"
+    kind: str  # "start" | "end" | "duck" | "reject" | "pause" | "resume"
     at_s: float  # stream time of the event (seconds of audio fed so far)
-    pcm: np.ndarray | None = None  # the utterance, on "end"
+    pcm: np.ndarray | None = None  # the utterance, on "end" (and the would-be one on "pause")
     onset_s: float | None = None  # stream time of the first voiced frame, on "start"
 
 
@@ -58,7 +75,10 @@ class StreamingVAD:
         self._silence_frames = 0
         self._frames_seen = 0
         self._onset_frame = 0
+        self._ducked = False
+        self._paused = False
         self.speaking = False
+        self.agent_speaking = False  # set by the owner: raises the confirmation minimum
 
     @property
     def time_s(self) -> float:
@@ -86,12 +106,18 @@ class StreamingVAD:
         if self.speaking:
             self._speech.append(frame)
             self._silence_frames = 0 if voiced else self._silence_frames + 1
+            if voiced and self._paused:
+                self._paused = False
+                return VADEvent("resume", self.time_s)
             too_long = len(self._speech) * s.frame_ms / 1000 >= s.max_utterance_s
             if self._silence_frames * s.frame_ms >= s.end_silence_ms or too_long:
-                keep = len(self._speech) - max(0, self._silence_frames - 5)
-                utterance = np.concatenate(self._speech[:keep])
+                utterance = self._trimmed()
                 self._reset()
                 return VADEvent("end", self.time_s, pcm=utterance)
+            if s.spec_silence_ms and self._silence_frames * s.frame_ms == max(
+                    s.frame_ms, s.spec_silence_ms - s.spec_silence_ms % s.frame_ms):
+                self._paused = True
+                return VADEvent("pause", self.time_s, pcm=self._trimmed())
             return None
         if voiced:
             if not self._candidate:
@@ -99,12 +125,20 @@ class StreamingVAD:
             self._candidate.append(frame)
             self._voiced_frames += 1
             self._gap_frames = 0
-            if self._voiced_frames * s.frame_ms >= s.min_speech_ms:
+            needed = s.min_speech_ms
+            if self.agent_speaking and s.barge_in_min_speech_ms:
+                needed = max(needed, s.barge_in_min_speech_ms)
+            if self._voiced_frames * s.frame_ms >= needed:
                 self.speaking = True
+                self._ducked = False
                 self._speech = [*self._pre, *self._candidate]
                 self._pre.clear()
                 self._candidate = []
                 return VADEvent("start", self.time_s,
+                                onset_s=self._onset_frame * s.frame_ms / 1000)
+            if s.duck_ms and not self._ducked and self._voiced_frames * s.frame_ms >= s.duck_ms:
+                self._ducked = True
+                return VADEvent("duck", self.time_s,
                                 onset_s=self._onset_frame * s.frame_ms / 1000)
             return None
         if self._candidate:
@@ -116,12 +150,21 @@ class StreamingVAD:
                 self._candidate = []
                 self._voiced_frames = 0
                 self._gap_frames = 0
+                if self._ducked:
+                    self._ducked = False
+                    return VADEvent("reject", self.time_s)
             return None
         self._pre.append(frame)
         return None
 
+    def _trimmed(self) -> np.ndarray:
+        """The utterance with its trailing silence cut to 100 ms (same at ``pause`` and ``end``)."""
+        keep = len(self._speech) - max(0, self._silence_frames - 5)
+        return np.concatenate(self._speech[:keep])
+
     def _reset(self) -> None:
         self.speaking = False
+        self._paused = False
         self._speech = []
         self._silence_frames = 0
         self._candidate = []

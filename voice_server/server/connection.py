@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -232,21 +233,30 @@ class Connection:
         return self._turn
 
     async def start_utterance(self, pcm: np.ndarray, output: SpeechOutput,
-                              record: TurnRecord | None = None) -> None:
-        """Supersede any running turn and answer this 16 kHz utterance."""
+                              record: TurnRecord | None = None,
+                              transcript: Awaitable[str] | None = None,
+                              emit: Callable[[Message], Awaitable[None]] | None = None) -> None:
+        """Supersede any running turn and answer this 16 kHz utterance. The WebRTC path's
+        speculative end of turn passes ``transcript`` (speech-to-text already under way) and
+        ``emit`` (holds messages until the end of turn is confirmed); an ``output`` whose
+        ``discarded`` is true at the end was never heard and leaves no history."""
         await self.interrupt()
         assert self.session is not None
         record = record or TurnRecord(session_id=self.session.id)
         attachments, self._attachments = self._attachments, []
-        self._job = asyncio.create_task(self._answer(pcm, output, record, attachments),
+        self._job = asyncio.create_task(self._answer(pcm, output, record, attachments,
+                                                     transcript, emit or self.send),
                                         name=f"utterance-{self.session.id}")
 
     async def _answer(self, pcm: np.ndarray, output: SpeechOutput, record: TurnRecord,
-                      attachments: list[VisionAttachment]) -> None:
+                      attachments: list[VisionAttachment],
+                      transcript: Awaitable[str] | None = None,
+                      emit: Callable[[Message], Awaitable[None]] | None = None) -> None:
         session = self.session
         assert session is not None
+        send = emit or self.send
         try:
-            text = await self.server.stt.transcribe(pcm)
+            text = await (transcript or self.server.stt.transcribe(pcm))
         except STTError as exc:
             record.error = "STT_ERROR"
             await self.send_error(ErrorCode.STT_ERROR, str(exc))
@@ -254,10 +264,10 @@ class Connection:
             return
         record.stt_done = time.monotonic()
         record.transcript = text
-        await self.send(Transcript(text=text, is_final=True))
+        await send(Transcript(text=text, is_final=True))
         if not text.strip():
             return
-        ctx = TurnContext(history=session.history, emit=self.send,
+        ctx = TurnContext(history=session.history, emit=send,
                           user_message=self.server.user_message(text, attachments),
                           state=session.state)
         turn = Turn(ctx=ctx, responder=self.server.responder_for(session), tts=self.server.tts,
@@ -265,6 +275,8 @@ class Connection:
         self._turn = turn
         turn.start()
         await turn.wait()
+        if getattr(output, "discarded", False):  # a speculative answer the user resumed over
+            return
         await self.server.sessions.append_history(session, turn.committed)
         await self.server.sessions.save(session)  # playbook state changed in place
         self.server.metrics.record_turn(record)

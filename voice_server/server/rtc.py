@@ -14,8 +14,10 @@ import asyncio
 import contextlib
 import logging
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 
@@ -32,7 +34,7 @@ from ..protocol import (
     Transcript,
     parse_client,
 )
-from .rtc_audio import OutboundAudioTrack, RtcSpeechOutput
+from .rtc_audio import HeldOutput, OutboundAudioTrack, RtcSpeechOutput
 
 if TYPE_CHECKING:
     from .app import VoiceServer
@@ -181,35 +183,101 @@ class RtcPeer:
         if session is not None:
             overrides = self._server.turn_taking(session)
             values.update({k: v for k, v in overrides.items() if k in values and v is not None})
-        return VADSettings(max_utterance_s=s.max_audio_seconds, **values)
+        return VADSettings(max_utterance_s=s.max_audio_seconds, duck_ms=s.vad_duck_ms,
+                           barge_in_min_speech_ms=s.vad_barge_in_min_speech_ms,
+                           spec_silence_ms=s.vad_spec_silence_ms, **values)
+
+    def _agent_speaking(self) -> bool:
+        turn = self._conn.current_turn
+        return turn is not None and not turn.done
 
     async def _listen(self, track: Any) -> None:
         vad = StreamingVAD(self.vad_settings())
         resampler = Resampler(STT_RATE)
         record: TurnRecord | None = None
         last_interim = 0.0
-        while True:
-            try:
-                frame = await track.recv()
-            except MediaStreamError:
-                return
-            pcm = resampler.push_frame(frame)
-            for event in vad.feed(pcm):
-                if event.kind == "start":
-                    record = await self._speech_started()
+        held: _Speculation | None = None  # an answer started on a short pause, not yet heard
+        try:
+            while True:
+                try:
+                    frame = await track.recv()
+                except MediaStreamError:
+                    return
+                pcm = resampler.push_frame(frame)
+                vad.agent_speaking = self._agent_speaking()
+                for event in vad.feed(pcm):
+                    if event.kind == "duck":
+                        self._duck()
+                    elif event.kind == "reject":
+                        self.outbound.resume()  # a click or cough: carry on talking
+                    elif event.kind == "pause":
+                        held = await self._abandon(held)
+                        held = await self._speculate(event.pcm)
+                    elif event.kind == "resume":
+                        held = await self._abandon(held)  # the user spoke on: drop it unheard
+                    elif event.kind == "start":
+                        held = await self._abandon(held)
+                        record = await self._speech_started()
+                        self.outbound.resume()
+                        last_interim = time.monotonic()
+                    else:
+                        if held is not None and np.array_equal(held.pcm, event.pcm):
+                            await self._confirm(held)
+                            held = None
+                        else:
+                            held = await self._abandon(held)
+                            await self._speech_ended(event.pcm, record)
+                        record = None
+                        if (wanted := self.vad_settings()) != vad.settings:  # stage changed
+                            vad = StreamingVAD(wanted)
+                            self.outbound.resume()
+                if (vad.speaking and self._server.settings.interim_transcripts
+                        and vad.time_s and time.monotonic() - last_interim >= INTERIM_EVERY_S
+                        and len(vad.utterance_so_far()) >= INTERIM_AFTER_S * STT_RATE
+                        and (self._interim is None or self._interim.done())):
                     last_interim = time.monotonic()
-                else:
-                    await self._speech_ended(event.pcm, record)
-                    record = None
-                    if (wanted := self.vad_settings()) != vad.settings:  # stage changed
-                        vad = StreamingVAD(wanted)
-            if (vad.speaking and self._server.settings.interim_transcripts
-                    and vad.time_s and time.monotonic() - last_interim >= INTERIM_EVERY_S
-                    and len(vad.utterance_so_far()) >= INTERIM_AFTER_S * STT_RATE
-                    and (self._interim is None or self._interim.done())):
-                last_interim = time.monotonic()
-                self._interim = self._spawn(self._interim_transcript(vad.utterance_so_far()),
-                                            "interim-transcript")
+                    self._interim = self._spawn(
+                        self._interim_transcript(vad.utterance_so_far()), "interim-transcript")
+        finally:
+            if held is not None:
+                held.output.discard()
+
+    async def _speculate(self, pcm: np.ndarray) -> _Speculation:
+        """Speculative end of turn: answer the utterance so far now, holding its messages and
+        audio until the full end-of-speech silence confirms it."""
+        conn = self._conn
+        record = TurnRecord(session_id=conn.session.id if conn.session else "?")
+        output = HeldOutput(RtcSpeechOutput(self.outbound, conn.send), conn.send)
+        transcript = self._spawn(self._server.stt.transcribe(pcm), "speculative-stt")
+        await conn.start_utterance(pcm, output, record, transcript, emit=output.emit)
+        return _Speculation(pcm, output, record)
+
+    async def _confirm(self, held: _Speculation) -> None:
+        conn = self._conn
+        if self._interim is not None and not self._interim.done():
+            self._interim.cancel()
+        await conn.send(SpeechEnd())
+        held.record.speech_end = held.record.started = time.monotonic()
+        held.record.speculative_stt = True
+        await held.output.commit()
+
+    async def _abandon(self, held: _Speculation | None) -> None:
+        if held is not None:
+            held.output.discard()
+            await self._conn.interrupt()  # the held answer is the connection's current job
+        return None
+
+    def _duck(self) -> None:
+        """A voiced run started while the agent talks: silence the agent until the candidate is
+        confirmed (barge-in, cancels the turn) or rejected (resume where it paused)."""
+        conn = self._conn
+        turn = conn.current_turn
+        if (turn is None or turn.done or not self.outbound.busy or conn.session is None
+                or not self._server.may_interrupt(conn.session)):
+            return
+        self.outbound.pause()
+        if turn.record.ducked is None:
+            turn.record.ducked = time.monotonic()
 
     async def _speech_started(self) -> TurnRecord:
         conn = self._conn
@@ -256,6 +324,13 @@ class RtcPeer:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.pc.close()
+
+
+@dataclass
+class _Speculation:
+    pcm: np.ndarray  # the utterance as it was at the pause (``end`` must carry the same)
+    output: HeldOutput
+    record: TurnRecord
 
 
 def rtc_factory(server: VoiceServer):

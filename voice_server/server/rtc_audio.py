@@ -17,7 +17,7 @@ from ..pipeline.audio import resample
 from ..pipeline.speech import HeardText
 from ..protocol import Message, TTSStart
 
-__all__ = ["OutboundAudioTrack", "RtcSpeechOutput"]
+__all__ = ["HeldOutput", "OutboundAudioTrack", "RtcSpeechOutput"]
 
 RATE = 48_000
 FRAME = RATE // 50  # 20 ms
@@ -49,6 +49,14 @@ class OutboundAudioTrack(MediaStreamTrack):
         self._pts = 0
         self._t0: float | None = None
         self.last_voiced_at: float | None = None
+        self.paused = False
+
+    def pause(self) -> None:
+        """Send silence without losing our place (ducking under a barge-in candidate)."""
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
 
     def enqueue(self, pcm48: np.ndarray,
                 on_progress: Callable[[_Clip], None] | None = None) -> _Clip:
@@ -61,6 +69,7 @@ class OutboundAudioTrack(MediaStreamTrack):
         had = bool(self._clips)
         while self._clips:
             self._clips.popleft().finished.set()
+        self.paused = False
         return had
 
     @property
@@ -80,7 +89,7 @@ class OutboundAudioTrack(MediaStreamTrack):
             self._t0 = now - self._pts / RATE
         out = np.zeros(FRAME, dtype=np.int16)
         filled = 0
-        while filled < FRAME and self._clips:
+        while filled < FRAME and self._clips and not self.paused:
             clip = self._clips[0]
             if clip.pos == 0 and not clip.started.is_set():
                 clip.started_at = time.monotonic()
@@ -143,3 +152,51 @@ class RtcSpeechOutput:
         playing = any(not c.finished.is_set() for c in self._clips)
         self._track.flush()
         return playing
+
+
+class HeldOutput:
+    """A speculative answer (started on a short pause, DESIGN.md "speculative end of turn"):
+    its messages and audio are held until ``commit()`` (the end of turn is confirmed), then
+    released in order; ``discard()`` (the user spoke on) drops them unheard."""
+
+    def __init__(self, inner: RtcSpeechOutput, emit: Callable[[Message], Awaitable[None]]
+                 ) -> None:
+        self._inner = inner
+        self._emit = emit
+        self._held: list[Message] = []
+        self._released = asyncio.Event()
+        self.discarded = False
+
+    @property
+    def heard(self) -> HeardText:
+        return self._inner.heard
+
+    @property
+    def first_audio_at(self) -> float | None:
+        return self._inner.first_audio_at
+
+    async def emit(self, message: Message) -> None:
+        if self._released.is_set():
+            await self._emit(message)
+        elif not self.discarded:
+            self._held.append(message)
+
+    async def commit(self) -> None:
+        while self._held:  # messages emitted meanwhile join the queue, in order
+            await self._emit(self._held.pop(0))
+        self._released.set()
+
+    def discard(self) -> None:
+        self.discarded = True
+        self._held.clear()
+
+    async def play(self, text: str, pcm: np.ndarray, sample_rate: int) -> None:
+        await self._released.wait()
+        await self._inner.play(text, pcm, sample_rate)
+
+    async def drain(self) -> None:
+        await self._released.wait()
+        await self._inner.drain()
+
+    def cancel(self) -> bool:
+        return self._inner.cancel() if self._released.is_set() else False

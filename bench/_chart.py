@@ -1,0 +1,77 @@
+"""The latency chart for the README: per-turn stage timeline (voice_server, one session, from
+the client's clock) beside Pipecat's voice-to-voice, and p50/p95 by concurrency."""
+
+from __future__ import annotations
+
+from typing import Any
+
+STAGES = [("speech-end", "end of turn (VAD)", "#8da0cb"),
+          ("transcript", "speech to text", "#66c2a5"),
+          ("llm-chunk", "LLM first token", "#fc8d62"),
+          ("tts-start", "first clause + TTS", "#e78ac3"),
+          (None, "transport to ear", "#a6d854")]
+
+
+def stage_bars(turn: dict[str, Any]) -> list[tuple[float, float]]:
+    """(start, width) in ms from the end of the user's speech, one per stage."""
+    end = turn["speech_end"]
+    times = []
+    for kind, _, _ in STAGES:
+        if kind is None:
+            t = turn["first_loud"]
+        else:
+            t = next((ts for ts, k in turn.get("dc", []) if k == kind and ts >= end), None)
+        times.append(t)
+    bars, prev = [], 0.0
+    for t in times:
+        at = prev if t is None else max(prev, (t - end) * 1000)
+        bars.append((prev, at - prev))
+        prev = at
+    return bars
+
+
+def timeline_chart(result: dict[str, Any], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    phase = result["local_llm"]
+    ours = [t for t in phase["ours"].get("sessions_1", {}).get("_turns", []) if t["first_loud"]]
+    theirs = [t for t in phase.get("pipecat", {}).get("sessions_1", {}).get("_turns", [])
+              if t["first_loud"]]
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 5), width_ratios=[3, 2])
+    y = 0
+    labels = []
+    for i, turn in enumerate(ours):
+        for (start, width), (_, name, color) in zip(stage_bars(turn), STAGES, strict=True):
+            ax.barh(y, width, left=start, color=color, label=name if i == 0 else None)
+        labels.append(f"voice_server #{i + 1}")
+        y += 1
+    for i, turn in enumerate(theirs):
+        ax.barh(y, turn["v2v_ms"], color="#999999", label="Pipecat (total)" if i == 0 else None)
+        labels.append(f"Pipecat #{i + 1}")
+        y += 1
+    ax.set_yticks(range(len(labels)), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms after the end of the user's speech (first agent audio at the bar's end)")
+    ax.set_title("Voice-to-voice per turn, 1 session, same models (2 CPU cores)")
+    ax.legend(loc="lower right", fontsize=8)
+    levels = sorted(phase["ours"], key=lambda k: int(k.split("_")[1]))
+    xs = range(len(levels))
+    for offset, name, color in ((-0.2, "ours", "#fc8d62"), (0.2, "pipecat", "#999999")):
+        if name not in phase:
+            continue
+        p50 = [phase[name].get(lv, {}).get("voice_to_voice_ms", {}).get("p50", 0) for lv in levels]
+        p95 = [phase[name].get(lv, {}).get("voice_to_voice_ms", {}).get("p95", 0) for lv in levels]
+        label = "voice_server" if name == "ours" else "Pipecat"
+        ax2.bar([x + offset for x in xs], p95, 0.38, color=color, alpha=0.45,
+                label=f"{label} p95")
+        ax2.bar([x + offset for x in xs], p50, 0.38, color=color, label=f"{label} p50")
+    ax2.set_xticks(list(xs), [lv.replace("sessions_", "") + " session(s)" for lv in levels])
+    ax2.set_ylabel("voice-to-voice (ms)")
+    ax2.set_title("By concurrent sessions")
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

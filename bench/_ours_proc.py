@@ -1,0 +1,70 @@
+"""voice_server in its own process for the latency benchmark (so CPU and RSS are its own).
+
+``python bench/_ours_proc.py '{"llm_provider": ...}'`` prints ``{"port": N}`` once serving, then
+answers each ``dump`` line on stdin with one JSON line: the turn records since the last dump and
+event-loop lag (how late a 20 ms timer fires: blocking work on the loop shows up here).
+EOF on stdin stops it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+TICK_S = 0.02
+
+
+async def watch_loop_lag(lags: collections.deque[float]) -> None:
+    while True:
+        due = time.monotonic() + TICK_S
+        await asyncio.sleep(TICK_S)
+        lags.append((time.monotonic() - due) * 1000)
+
+
+def record_json(rec) -> dict:
+    origin = rec.speech_end or rec.started
+    stamps = {k: (round((v - origin) * 1000, 1) if isinstance(v, float) else v)
+              for k, v in rec.as_dict().items()
+              if k in ("stt_done", "llm_requested", "llm_first_token", "first_chunk",
+                       "tts_synth_start", "tts_synth_done", "first_audio", "finished")}
+    return {**rec.summary(), "at": stamps, "speculative_stt": rec.speculative_stt,
+            "transcript": rec.transcript}
+
+
+async def main() -> None:
+    from voice_server.config import load_settings
+    from voice_server.server.app import VoiceServer
+
+    settings = load_settings(**json.loads(sys.argv[1]))
+    lags: collections.deque[float] = collections.deque(maxlen=100_000)
+    async with VoiceServer(settings) as server:
+        watcher = asyncio.create_task(watch_loop_lag(lags), name="bench-loop-lag")
+        print(json.dumps({"port": server.port}), flush=True)
+        reader = asyncio.StreamReader()
+        loop = asyncio.get_running_loop()
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        seen = 0
+        try:
+            while line := await reader.readline():
+                if line.strip() == b"dump":
+                    turns = list(server.last_turns)
+                    out = {"turns": [record_json(r) for r in turns[seen:]],
+                           "loop_lag_ms": sorted(lags)}
+                    seen = len(turns)
+                    lags.clear()
+                    print(json.dumps(out), flush=True)
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -107,7 +107,7 @@ async def test_client_that_stops_reading_is_dropped(tight):
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.bind(("127.0.0.5", 0))
     sock.connect(("127.0.0.1", tight.port))
-    async with websockets.connect(ws_url(tight), sock=sock, max_queue=1,
+    async with websockets.connect(ws_url(tight), sock=sock, max_queue=1, close_timeout=0.5,
                                   max_size=None) as ws:
         ready = json.loads(await ws.recv())
         conn = tight.live[ready["id"]]

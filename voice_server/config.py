@@ -53,6 +53,33 @@ class Settings(BaseSettings):
     max_attachment_bytes: int = Field(8 * 1024 * 1024, ge=0,
                                       description="largest total size of one turn's images")
 
+    max_sessions: int = Field(500, ge=1, description="most live connections on this instance")
+    max_sessions_per_ip: int = Field(50, ge=1, description="most live connections from one "
+                                     "client address")
+    max_messages_per_s: float = Field(50.0, gt=0, description="sustained client message rate "
+                                      "per connection (RATE_LIMITED above it)")
+    message_burst: int = Field(200, ge=1, description="messages a connection may send at once "
+                               "before the rate limit applies")
+    send_timeout_s: float = Field(15.0, gt=0, description="close a connection whose client "
+                                  "does not read a message for this long")
+    shutdown_grace_s: float = Field(20.0, ge=0, description="on SIGTERM, let running turns "
+                                    "finish this long before closing sockets")
+
+    # scale out and auth
+    session_store: str = Field("memory", description="'memory' or redis://HOST:PORT/DB to share "
+                               "sessions between instances")
+    session_lease_s: float = Field(15.0, gt=0, description="a session's ownership lease by one "
+                                   "instance (renewed while connected)")
+    auth_secret: str | None = Field(None, description="HMAC secret; when set every connection "
+                                    "must present a token (?token= or an auth message)")
+    turn_secret: str | None = Field(None, description="coturn static-auth-secret: time-limited "
+                                    "TURN credentials are added to ready.iceServers")
+    turn_urls: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="comma-separated turn: URLs for the TURN credentials")
+    auth_timeout_s: float = Field(10.0, gt=0, description="wait this long for the auth message "
+                                  "when no ?token= was given")
+    turn_ttl_s: int = Field(3600, ge=60, description="lifetime of TURN credentials")
+
     # turn taking (WebRTC audio)
     vad_aggressiveness: int = Field(2, ge=0, le=3, description="webrtcvad mode, 0..3")
     vad_min_speech_ms: int = Field(200, ge=20, description="voiced audio that confirms speech "
@@ -116,7 +143,7 @@ class Settings(BaseSettings):
     preload_models: bool = Field(True, description="load and warm models at start")
     log_level: str = Field("INFO", description="logging level")
 
-    @field_validator("ice_host_addresses", "allowed_origins", mode="before")
+    @field_validator("ice_host_addresses", "allowed_origins", "turn_urls", mode="before")
     @classmethod
     def _split_commas(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -135,6 +162,13 @@ class Settings(BaseSettings):
                 return json.loads(value) if value.strip() else None
             except ValueError as exc:
                 raise ValueError(f"not valid JSON: {exc}") from None
+        return value
+
+    @field_validator("session_store")
+    @classmethod
+    def _store_url(cls, value: str) -> str:
+        if value != "memory" and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("session_store is 'memory' or a redis://HOST:PORT/DB URL")
         return value
 
     @field_validator("llm_base_url")

@@ -27,9 +27,11 @@ from ..pipeline.tts import PiperTTS
 from ..pipeline.turn import ChatResponder, Responder
 from ..playbook import PlaybookRegistry, PlaybookResponder
 from ..protocol import VisionAttachment
+from .auth import TokenSigner, turn_credentials
 from .connection import Connection
 from .http import HttpRoutes
-from .sessions import InMemorySessionStore, Session
+from .limits import Admission
+from .sessions import InMemorySessionStore, Session, SessionStore
 
 __all__ = ["VoiceServer", "run_forever"]
 
@@ -50,7 +52,11 @@ class VoiceServer:
                               threads=settings.stt_threads)
         self.tts = PiperTTS(self.pool, voice=settings.tts_voice, threads=settings.tts_threads)
         self.router = build_router(settings)
-        self.sessions = InMemorySessionStore(ttl_s=settings.session_ttl_s)
+        self.sessions: SessionStore = self._session_store()
+        self.admission = Admission(max_total=settings.max_sessions,
+                                   max_per_ip=settings.max_sessions_per_ip)
+        self.signer = TokenSigner(settings.auth_secret) if settings.auth_secret else None
+        self.draining = False
         self.rtc_factory: Any = None  # set by the WebRTC module when aiortc is usable
         self.live: dict[str, Connection] = {}
         self.last_turns: collections.deque[TurnRecord] = collections.deque(maxlen=200)
@@ -91,13 +97,44 @@ class VoiceServer:
         self._server = await serve(
             self._handle, self.settings.host, self.settings.port,
             process_request=self.routes, max_size=2 * self.settings.max_message_bytes,
-            compression=None, ping_interval=20, ping_timeout=20, server_header=None)
+            compression=None, ping_interval=20, ping_timeout=20, server_header=None,
+            max_queue=4, write_limit=64 * 1024)
         log.info("voice-server %s listening on ws://%s:%d/ws", __version__, self.settings.host,
                  self.port)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    def _session_store(self) -> SessionStore:
+        s = self.settings
+        if s.session_store == "memory":
+            return InMemorySessionStore(ttl_s=s.session_ttl_s)
+        from .redis_store import RedisSessionStore  # noqa: PLC0415 - only when configured
+
+        store = RedisSessionStore(s.session_store, ttl_s=s.session_ttl_s,
+                                  lease_s=s.session_lease_s)
+        store.on_release = self.evict
+        return store
+
+    async def drain(self, grace_s: float) -> None:
+        """Graceful shutdown: stop accepting, let running turns finish for up to ``grace_s``,
+        persist every session and close its socket with 1001 "going away"."""
+        self.draining = True
+        if self._server is not None:
+            self._server.close(close_connections=False)
+        jobs = [job for conn in self.live.values() if (job := conn.running_job) is not None]
+        if jobs:
+            log.info("draining: waiting up to %.1f s for %d running turn(s)", grace_s, len(jobs))
+            await asyncio.wait(jobs, timeout=grace_s)
+        for conn in list(self.live.values()):
+            await conn.shutdown(1001, "server shutting down; reconnect")
+
+    async def evict(self, session_id: str) -> None:
+        """Another instance claimed this session: cut the local connection, persist, let go."""
+        conn = self.live.get(session_id)
+        if conn is not None:
+            await conn.shutdown(4000, "session resumed on another connection")
 
     async def aclose(self) -> None:
         if self._server is not None:
@@ -155,7 +192,12 @@ class VoiceServer:
             await previous.ws.close(4000, "session resumed on another connection")
 
     def ice_servers_for(self, session_id: str) -> list[dict[str, Any]]:
-        return list(self.settings.ice_servers)
+        servers = list(self.settings.ice_servers)
+        s = self.settings
+        if s.turn_secret and s.turn_urls:
+            servers.append(turn_credentials(s.turn_secret, s.turn_urls, session_id,
+                                            s.turn_ttl_s))
+        return servers
 
     def playbook_known(self, playbook_id: str) -> bool:
         return self.playbooks is not None and playbook_id in self.playbooks
@@ -223,13 +265,15 @@ class VoiceServer:
             "llm": llm,
         }
         failed = any(v.get("status") == "failed" for v in llm.values())
+        store = self.sessions.health() if hasattr(self.sessions, "health") else {"kind": "?"}
+        store["count"] = await self.sessions.count()
+        degraded = failed or store.get("status") == "degraded"
         return {
-            "status": "degraded" if failed else "ok",
+            "status": "draining" if self.draining else "degraded" if degraded else "ok",
             "version": __version__,
             "uptime_s": round(time.monotonic() - self._started, 1),
             "models": models,
-            "stores": {"sessions": {"status": "ok", "kind": "memory",
-                                    "count": await self.sessions.count()}},
+            "stores": {"sessions": store},
             "webrtc": self.rtc_factory is not None,
             "sidecars": self.sidecars,
             "connections": len(self.live),
@@ -247,3 +291,5 @@ async def run_forever(settings: Settings) -> None:
         print(f"voice-server ready: ws://{settings.host}:{server.port}/ws  "
               f"(page: http://{settings.host}:{server.port}/)", flush=True)
         await stop.wait()
+        log.info("stopping: graceful shutdown (up to %.1f s)", settings.shutdown_grace_s)
+        await server.drain(settings.shutdown_grace_s)

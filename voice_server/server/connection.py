@@ -43,6 +43,8 @@ from ..protocol import (
     encode,
     parse_client,
 )
+from .auth import AuthError, Principal, auth_message_token, query_token
+from .limits import TokenBucket
 from .sessions import Session
 
 if TYPE_CHECKING:
@@ -70,6 +72,9 @@ class Connection:
         self._turn: Turn | None = None
         self._closed = False
         self._send_lock = asyncio.Lock()
+        self.principal: Principal | None = None
+        self._bucket = TokenBucket(self.settings.max_messages_per_s, self.settings.message_burst)
+        self._limited_notice_at = -1.0
 
     # ---- sending: one place, both channels ------------------------------------------------
     async def send(self, message: Message) -> None:
@@ -77,8 +82,17 @@ class Connection:
         if isinstance(message, Error):
             self.server.metrics.errors.labels(message.code.value).inc()
         async with self._send_lock:
-            with contextlib.suppress(ConnectionClosed):
-                await self.ws.send(text)
+            try:
+                async with asyncio.timeout(self.settings.send_timeout_s):
+                    await self.ws.send(text)
+            except ConnectionClosed:
+                pass
+            except TimeoutError:
+                # a client that does not read cannot make us buffer without bound
+                log.warning("client too slow to read for %.0f s: dropping the connection",
+                            self.settings.send_timeout_s)
+                self.server.metrics.errors.labels("SLOW_CLIENT").inc()
+                self.ws.transport.abort()
             if self.rtc is not None and message.type not in SIGNALING_TYPES:
                 self.rtc.send_data(text)
 
@@ -92,8 +106,49 @@ class Connection:
         values = query.get("playbook")
         return values[0] if values else self.settings.default_playbook
 
+    def _remote_ip(self) -> str:
+        address = getattr(self.ws, "remote_address", None)
+        return str(address[0]) if address else "?"
+
     async def run(self) -> None:
+        """Admission (sessions per instance / per IP), auth when configured, then serve."""
+        ip = self._remote_ip()
+        refusal = self.server.admission.admit(ip)
+        if refusal is not None:
+            await self.send_error(ErrorCode.RATE_LIMITED, refusal)
+            await self.ws.close(1013, "try again later")
+            return
+        try:
+            if self.server.signer is None or await self._authenticate():
+                await self._serve()
+        finally:
+            self.server.admission.release(ip)
+
+    async def _authenticate(self) -> bool:
+        """A token from ``?token=`` or a first ``{"type": "auth"}`` message (issue 9)."""
+        assert self.server.signer is not None
+        request = getattr(self.ws, "request", None)
+        token = query_token(request.path) if request is not None else None
+        try:
+            if token is None:
+                async with asyncio.timeout(self.settings.auth_timeout_s):
+                    token = auth_message_token(await self.ws.recv())
+            self.principal = self.server.signer.verify(token)
+            return True
+        except AuthError as exc:
+            reason = str(exc)
+        except TimeoutError:
+            reason = "no token presented in time"
+        except ConnectionClosed:
+            return False
+        await self.send_error(ErrorCode.CONNECTION_FAILED, f"unauthorized: {reason}")
+        await self.ws.close(4401, "unauthorized")
+        return False
+
+    async def _serve(self) -> None:
         self.session = await self.server.sessions.create()
+        if self.principal is not None:
+            self.session.meta["principal"] = self.principal.subject
         self.server.attach(self.session.id, self)
         await self.send(Ready(id=self.session.id, protocol_version=1,
                               ice_servers=self.server.ice_servers_for(self.session.id)))
@@ -130,9 +185,28 @@ class Connection:
         if self.session is not None:
             self.server.detach(self.session.id, self)
             await self.server.sessions.save(self.session)
+            await self.server.sessions.release(self.session.id)
+
+    @property
+    def running_job(self) -> asyncio.Task[None] | None:
+        """The utterance being answered, if any (graceful shutdown waits for it)."""
+        return self._job if self._job is not None and not self._job.done() else None
+
+    async def shutdown(self, code: int, reason: str) -> None:
+        """Stop, persist and release the session, then close the socket with ``code``."""
+        await self.close()
+        await self.ws.close(code, reason)
 
     # ---- inbound --------------------------------------------------------------------------
     async def handle_raw(self, raw: str | bytes) -> None:
+        if not self._bucket.take():
+            now = time.monotonic()
+            if now - self._limited_notice_at >= 1.0:  # one notice a second, not one per message
+                self._limited_notice_at = now
+                await self.send_error(ErrorCode.RATE_LIMITED,
+                                      f"more than {self.settings.max_messages_per_s:g} messages "
+                                      "a second; message dropped")
+            return
         if len(raw) > self.settings.max_message_bytes:
             await self.send_error(ErrorCode.INVALID_MESSAGE,
                                   f"message of {len(raw)} bytes exceeds the limit of "
@@ -170,7 +244,14 @@ class Connection:
 
     async def _reconnect(self, session_id: str) -> None:
         assert self.session is not None
-        old = await self.server.sessions.get(session_id)
+        store = self.server.sessions
+        old = await store.get(session_id)
+        if old is not None and self.server.signer is not None and (
+                self.principal is None or old.meta.get("principal") != self.principal.subject):
+            log.warning("refused resume of session %s by another principal", session_id)
+            old = None  # another principal's session: answered exactly like an unknown id
+        elif old is not None and old.id != self.session.id:
+            old = await store.claim(session_id)  # the owning instance (if another) lets go
         if old is None:
             await self.send(ReconnectAck(success=False, session_id=self.session.id,
                                          history_recovered=False))
@@ -181,6 +262,9 @@ class Connection:
             self.server.detach(fresh.id, self)
             if not fresh.history:
                 await self.server.sessions.delete(fresh.id)
+            else:
+                await self.server.sessions.save(fresh)
+                await self.server.sessions.release(fresh.id)
             self.session = old
             await self.server.take_over(old.id, self)
         await self.send(ReconnectAck(success=True, session_id=old.id, history_recovered=True))

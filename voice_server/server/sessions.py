@@ -48,6 +48,15 @@ class SessionStore(Protocol):
         """Persist state/meta changes and refresh the TTL."""
         ...
 
+    async def claim(self, session_id: str) -> Session | None:
+        """Like ``get``, and this instance becomes the session's only runner (a lease in a
+        shared store)."""
+        ...
+
+    async def release(self, session_id: str) -> None:
+        """This instance no longer runs the session (no connection holds it)."""
+        ...
+
     async def delete(self, session_id: str) -> None: ...
 
     async def count(self) -> int: ...
@@ -98,6 +107,15 @@ class InMemorySessionStore:
     async def save(self, session: Session) -> None:
         session.touched_at = self._clock()
         self._sessions[session.id] = session
+
+    async def claim(self, session_id: str) -> Session | None:
+        return await self.get(session_id)
+
+    async def release(self, session_id: str) -> None:
+        """One process: nothing to hand over."""
+
+    def health(self) -> dict[str, Any]:
+        return {"status": "ok", "kind": "memory", "count": len(self._sessions)}
 
     async def delete(self, session_id: str) -> None:
         self._sessions.pop(session_id, None)

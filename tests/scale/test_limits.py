@@ -1,0 +1,124 @@
+"""Limits and backpressure (issue 9): sessions per instance and per IP, message rate, utterance
+length, attachment bytes, a client that stops reading. Each limit answers its error and the
+server stays healthy for everyone else."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pytest
+import pytest_asyncio
+import websockets
+
+from tests.integration.conftest import ws_url
+from voice_server.config import load_settings
+from voice_server.pipeline.audio import wav_bytes
+from voice_server.protocol import Transcript
+from voice_server.server.app import VoiceServer
+from voice_server.server.limits import Admission, TokenBucket
+
+
+@pytest_asyncio.fixture(scope="module")
+async def tight() -> AsyncIterator[VoiceServer]:
+    settings = load_settings(port=0, preload_models=False, max_sessions=3, max_sessions_per_ip=2,
+                             max_messages_per_s=5, message_burst=10, send_timeout_s=1.0,
+                             max_audio_seconds=1.0, max_attachment_bytes=1000)
+    async with VoiceServer(settings) as server:
+        yield server
+
+
+async def healthy(server: VoiceServer, connect) -> None:
+    """Another client still gets served."""
+    async with connect(server, local_addr=("127.0.0.9", 0)) as other:
+        await other.send({"type": "ping", "timestamp": 7})
+        assert await other.recv() == {"type": "pong", "timestamp": 7}
+
+
+def test_token_bucket_and_admission_units():
+    now = [0.0]
+    bucket = TokenBucket(2.0, 3, clock=lambda: now[0])
+    assert [bucket.take() for _ in range(4)] == [True, True, True, False]
+    now[0] += 0.5
+    assert bucket.take() and not bucket.take()
+    adm = Admission(max_total=2, max_per_ip=1)
+    assert adm.admit("a") is None and "address" in adm.admit("a")
+    assert adm.admit("b") is None and "full" in adm.admit("c")
+    adm.release("a")
+    adm.release("a")  # double release is harmless
+    assert adm.total == 1 and adm.admit("c") is None
+
+
+async def refused_with(url: str, **kw) -> tuple[dict, int]:
+    async with websockets.connect(url, **kw) as ws:
+        err = json.loads(await ws.recv())
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await ws.recv()
+    return err, closed.value.rcvd.code
+
+
+async def test_sessions_per_ip_and_per_instance(tight, connect):
+    async with connect(tight) as one, connect(tight) as two:
+        err, code = await refused_with(ws_url(tight))
+        assert err["code"] == "RATE_LIMITED" and "address" in err["message"] and code == 1013
+        async with connect(tight, local_addr=("127.0.0.2", 0)):
+            err, code = await refused_with(ws_url(tight), local_addr=("127.0.0.3", 0))
+            assert err["code"] == "RATE_LIMITED" and "full" in err["message"] and code == 1013
+        for client in (one, two):
+            await client.send({"type": "ping", "timestamp": 1})
+            assert (await client.recv())["type"] == "pong"
+    await healthy(tight, connect)
+
+
+async def test_message_rate(tight, connect):
+    async with connect(tight) as client:
+        for i in range(40):
+            await client.send({"type": "ping", "timestamp": i})
+        got = [await client.recv() for _ in range(11)]
+        pongs = [m for m in got if m["type"] == "pong"]
+        errors = [m for m in got if m["type"] == "error"]
+        assert len(pongs) == 10 and [m["timestamp"] for m in pongs] == list(range(10))
+        assert len(errors) == 1 and errors[0]["code"] == "RATE_LIMITED"  # one notice, not 30
+        await healthy(tight, connect)
+
+
+async def test_utterance_and_attachment_limits(tight, connect):
+    long_wav = wav_bytes(np.zeros(16000 * 2, dtype=np.int16), 16000)
+    async with connect(tight, local_addr=("127.0.0.4", 0)) as client:
+        await client.send({"type": "audio", "data": base64.b64encode(long_wav).decode()})
+        err = await client.recv()
+        assert err["code"] == "INVALID_AUDIO_FORMAT" and "limit" in err["message"]
+        image = base64.b64encode(b"\xff\xd8" + b"x" * 900).decode()
+        await client.send({"type": "attachments", "attachments": [
+            {"type": "image", "data": image, "mimeType": "image/jpeg"}]})
+        err = await client.recv()
+        assert err["code"] == "INVALID_MESSAGE" and "1000 bytes" in err["message"]
+        await client.send({"type": "ping", "timestamp": 3})
+        assert (await client.recv())["type"] == "pong"
+
+
+async def test_client_that_stops_reading_is_dropped(tight):
+    """A client that never reads: the server's write buffer stays bounded and the connection is
+    dropped after send_timeout_s instead of queueing without end."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.bind(("127.0.0.5", 0))
+    sock.connect(("127.0.0.1", tight.port))
+    async with websockets.connect(ws_url(tight), sock=sock, max_queue=1, close_timeout=0.5,
+                                  max_size=None) as ws:
+        ready = json.loads(await ws.recv())
+        conn = tight.live[ready["id"]]
+        before = tight.metrics.errors.labels("SLOW_CLIENT")._value.get()
+        big = Transcript(text="x" * 200_000, is_final=False)
+        high = 0
+        for _ in range(100):  # up to 20 MB if nothing pushed back
+            await conn.send(big)
+            high = max(high, conn.ws.transport.get_write_buffer_size())
+            if conn.ws.transport.is_closing():
+                break
+        assert conn.ws.transport.is_closing()
+        assert tight.metrics.errors.labels("SLOW_CLIENT")._value.get() == before + 1
+        assert high < 2_000_000  # bounded by the write limit plus one message

@@ -1,0 +1,63 @@
+"""Limits that keep one instance healthy under abuse (issue 9; DESIGN.md "Limits").
+
+Sans-I/O: counters and a token bucket over an injectable clock. The connection code asks them
+and answers ``error{RATE_LIMITED}`` (spec: "Error Codes") when they say no.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+__all__ = ["Admission", "TokenBucket"]
+
+
+class TokenBucket:
+    """``rate`` tokens per second up to ``burst``; ``take()`` is False when empty."""
+
+    def __init__(self, rate: float, burst: int, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = rate
+        self.burst = float(burst)
+        self._clock = clock
+        self._tokens = float(burst)
+        self._at = clock()
+
+    def take(self) -> bool:
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return True
+        return False
+
+
+class Admission:
+    """Counts live connections per instance and per client address."""
+
+    def __init__(self, *, max_total: int, max_per_ip: int) -> None:
+        self.max_total = max_total
+        self.max_per_ip = max_per_ip
+        self.total = 0
+        self._per_ip: dict[str, int] = {}
+
+    def admit(self, ip: str) -> str | None:
+        """Count a new connection; returns None, or why it is refused (nothing counted)."""
+        if self.total >= self.max_total:
+            return f"this server is full ({self.max_total} sessions); try another instance"
+        if self._per_ip.get(ip, 0) >= self.max_per_ip:
+            return f"too many sessions from this address (limit {self.max_per_ip})"
+        self.total += 1
+        self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
+        return None
+
+    def release(self, ip: str) -> None:
+        count = self._per_ip.get(ip, 0)
+        if count <= 0:
+            return
+        self.total -= 1
+        if count == 1:
+            del self._per_ip[ip]
+        else:
+            self._per_ip[ip] = count - 1

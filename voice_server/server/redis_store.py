@@ -1,0 +1,345 @@
+"""Sessions shared between instances through Redis (issue 9; DESIGN.md "Sessions", "Scale").
+
+Layout (``prefix`` defaults to ``vs:``), every key with the session TTL, refreshed on each write:
+
+* ``vs:s:<id>`` hash: ``state`` and ``meta`` (JSON), ``created_at``;
+* ``vs:h:<id>`` list: one JSON history message per item (a turn is an ``RPUSH``, never a rewrite);
+* ``vs:lease:<id>`` string: the id of the instance that owns the session, with a short expiry
+  renewed while it is connected. Only the owner runs the session's turns and writes it.
+
+A reconnect on another instance *claims* the session: if a live instance holds the lease, it is
+asked (pub/sub channel ``vs:release:<instance>``) to let go; the old connection is cut, persisted
+and its lease released, then the new owner loads the session. A crashed owner's lease simply
+expires.
+
+When Redis is unreachable the store is *degraded*: new sessions live in memory on this instance,
+owned sessions keep working from their local copy, and once Redis answers again those local
+copies are written back in full. The resume of a session held only in Redis waits for Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+from .sessions import InMemorySessionStore, Session, new_session_id
+
+__all__ = ["RedisSessionStore"]
+
+log = logging.getLogger(__name__)
+
+# Delete / renew a lease only if this instance still holds it.
+_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) " \
+           "else return 0 end"
+_RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then " \
+         "return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end"
+
+
+class RedisSessionStore:
+    """``SessionStore`` on Redis with per-session leases and an in-memory fallback."""
+
+    def __init__(self, url: str, *, ttl_s: float, lease_s: float = 15.0,
+                 instance_id: str | None = None, prefix: str = "vs:",
+                 probe_every_s: float = 1.0, claim_wait_s: float = 8.0) -> None:
+        self.ttl_s = ttl_s
+        self.lease_s = lease_s
+        self.instance_id = instance_id or secrets.token_hex(6)
+        self.prefix = prefix
+        self.probe_every_s = probe_every_s
+        self.claim_wait_s = claim_wait_s
+        self.url = url
+        self.degraded = False
+        # Called with a session id when another instance claims a session this one owns.
+        self.on_release: Callable[[str], Awaitable[None]] | None = None
+        self._redis = Redis.from_url(url, decode_responses=True, socket_timeout=2.0,
+                                     socket_connect_timeout=2.0, retry=Retry(NoBackoff(), 0),
+                                     health_check_interval=0)
+        self._release_lua = self._redis.register_script(_RELEASE)
+        self._renew_lua = self._redis.register_script(_RENEW)
+        self._memory = InMemorySessionStore(ttl_s=ttl_s)
+        self._owned: dict[str, Session] = {}
+        self._dirty: set[str] = set()  # owned sessions written while Redis was down
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = asyncio.Event()
+
+    # ---- keys and codec -----------------------------------------------------------------------
+    def _k(self, kind: str, session_id: str) -> str:
+        return f"{self.prefix}{kind}:{session_id}"
+
+    @property
+    def _channel(self) -> str:
+        return f"{self.prefix}release:{self.instance_id}"
+
+    def _ttl_ms(self) -> int:
+        return int(self.ttl_s * 1000)
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+    async def __aenter__(self) -> RedisSessionStore:
+        await self._memory.__aenter__()
+        try:
+            await self._redis.ping()
+        except RedisError as exc:
+            self._mark_down(exc)
+        self._tasks = [
+            asyncio.create_task(self._probe_loop(), name=f"redis-probe-{self.instance_id}"),
+            asyncio.create_task(self._listen_loop(), name=f"redis-listen-{self.instance_id}"),
+        ]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        # The listener stops on the event: cancelling redis-py's pub/sub mid-read can leave its
+        # lock held and hang the close. Cancellation is only the fallback.
+        self._stopping.set()
+        if self._tasks:
+            self._tasks[0].cancel()  # the probe loop
+            _, pending = await asyncio.wait(self._tasks, timeout=3.0)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=1.0)
+        self._tasks = []
+        for session_id in list(self._owned):
+            await self.release(session_id)
+        await self._memory.aclose()
+        await self._redis.aclose()
+
+    def _mark_down(self, exc: BaseException) -> None:
+        if not self.degraded:
+            log.warning("redis session store unreachable (%s): degraded, new sessions in memory",
+                        exc)
+        self.degraded = True
+
+    # ---- SessionStore -------------------------------------------------------------------------
+    async def create(self) -> Session:
+        if self.degraded:
+            return await self._memory.create()
+        session = Session(id=new_session_id())
+        try:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.hset(self._k("s", session.id), mapping=self._fields(session))
+                pipe.pexpire(self._k("s", session.id), self._ttl_ms())
+                pipe.set(self._k("lease", session.id), self.instance_id,
+                         px=int(self.lease_s * 1000))
+                await pipe.execute()
+        except RedisError as exc:
+            self._mark_down(exc)
+            return await self._memory.create()
+        self._owned[session.id] = session
+        return session
+
+    async def get(self, session_id: str) -> Session | None:
+        """The session as this instance knows it (its own copy when it owns it)."""
+        if session_id in self._owned:
+            return self._owned[session_id]
+        local = await self._memory.get(session_id)
+        if local is not None:
+            return local
+        return await self._load(session_id)
+
+    async def claim(self, session_id: str) -> Session | None:
+        """Own the session (asking its current owner to let go) and return it fresh."""
+        if session_id in self._owned:
+            return self._owned[session_id]
+        local = await self._memory.get(session_id)
+        if local is not None:
+            return local
+        try:
+            if not await self._acquire(session_id):
+                log.warning("session %s: its owner did not let go in %.1f s", session_id,
+                            self.claim_wait_s)
+                return None
+        except RedisError as exc:
+            self._mark_down(exc)
+            return None
+        session = await self._load(session_id)
+        if session is None:
+            await self.release(session_id)
+            return None
+        self._owned[session_id] = session
+        return session
+
+    async def release(self, session_id: str) -> None:
+        """Give up ownership (the session stays in Redis for its TTL)."""
+        self._owned.pop(session_id, None)
+        self._dirty.discard(session_id)
+        with contextlib.suppress(RedisError):
+            await self._release_lua(keys=[self._k("lease", session_id)],
+                                    args=[self.instance_id])
+
+    async def append_history(self, session: Session, messages: list[dict[str, Any]]) -> None:
+        if session.id not in self._owned:
+            await self._memory.append_history(session, messages)
+            return
+        session.history.extend(messages)
+        if not messages:
+            return
+        try:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.rpush(self._k("h", session.id), *[json.dumps(m) for m in messages])
+                pipe.pexpire(self._k("h", session.id), self._ttl_ms())
+                pipe.pexpire(self._k("s", session.id), self._ttl_ms())
+                await pipe.execute()
+        except RedisError as exc:
+            self._mark_down(exc)
+            self._dirty.add(session.id)
+
+    async def save(self, session: Session) -> None:
+        if session.id not in self._owned:
+            await self._memory.save(session)
+            return
+        try:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.hset(self._k("s", session.id), mapping=self._fields(session))
+                pipe.pexpire(self._k("s", session.id), self._ttl_ms())
+                pipe.pexpire(self._k("h", session.id), self._ttl_ms())
+                await pipe.execute()
+        except RedisError as exc:
+            self._mark_down(exc)
+            self._dirty.add(session.id)
+
+    async def delete(self, session_id: str) -> None:
+        await self._memory.delete(session_id)
+        owned = self._owned.pop(session_id, None)
+        self._dirty.discard(session_id)
+        if owned is None:
+            return
+        with contextlib.suppress(RedisError):
+            await self._redis.delete(self._k("s", session_id), self._k("h", session_id))
+            await self._release_lua(keys=[self._k("lease", session_id)],
+                                    args=[self.instance_id])
+
+    async def count(self) -> int:
+        """Sessions held by this instance (owned from Redis plus in-memory fallbacks)."""
+        return len(self._owned) + await self._memory.count()
+
+    def health(self) -> dict[str, Any]:
+        return {"status": "degraded" if self.degraded else "ok", "kind": "redis",
+                "instance": self.instance_id, "owned": len(self._owned),
+                "fallback": len(self._memory._sessions)}
+
+    # ---- internals ----------------------------------------------------------------------------
+    @staticmethod
+    def _fields(session: Session) -> dict[str, str]:
+        return {"state": json.dumps(session.state), "meta": json.dumps(session.meta),
+                "created_at": repr(session.created_at)}
+
+    async def _load(self, session_id: str) -> Session | None:
+        try:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.hgetall(self._k("s", session_id))
+                pipe.lrange(self._k("h", session_id), 0, -1)
+                fields, items = await pipe.execute()
+        except RedisError as exc:
+            self._mark_down(exc)
+            return None
+        if not fields:
+            return None
+        try:
+            return Session(id=session_id, history=[json.loads(i) for i in items],
+                           state=json.loads(fields.get("state", "{}")),
+                           meta=json.loads(fields.get("meta", "{}")),
+                           created_at=float(fields.get("created_at", time.time())))
+        except ValueError:
+            log.warning("session %s in redis is corrupt; ignoring it", session_id)
+            return None
+
+    async def _acquire(self, session_id: str) -> bool:
+        key = self._k("lease", session_id)
+        lease_ms = int(self.lease_s * 1000)
+        deadline = time.monotonic() + self.claim_wait_s
+        asked: str | None = None
+        delay = 0.02
+        while True:
+            if await self._redis.set(key, self.instance_id, nx=True, px=lease_ms):
+                return True
+            holder = await self._redis.get(key)
+            if holder == self.instance_id:
+                return True
+            if holder is not None and holder != asked:
+                await self._redis.publish(f"{self.prefix}release:{holder}", session_id)
+                asked = holder
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(delay)  # retry backoff while the old owner lets go
+            delay = min(delay * 2, 0.25)
+
+    async def _probe_loop(self) -> None:
+        """Ping Redis; renew owned leases; write back local copies once Redis returns."""
+        while True:
+            await asyncio.sleep(min(self.probe_every_s, self.lease_s / 3))
+            try:
+                await self._redis.ping()
+            except RedisError as exc:
+                self._mark_down(exc)
+                continue
+            if self.degraded:
+                log.info("redis session store reachable again")
+                self.degraded = False
+            try:
+                await self._flush_dirty()
+                await self._renew_leases()
+            except RedisError as exc:
+                self._mark_down(exc)
+
+    async def _renew_leases(self) -> None:
+        lease_ms = int(self.lease_s * 1000)
+        for session_id in list(self._owned):
+            key = self._k("lease", session_id)
+            if await self._renew_lua(keys=[key], args=[self.instance_id, lease_ms]):
+                continue
+            # expired while Redis was away: take it back unless someone else did
+            if not await self._redis.set(key, self.instance_id, nx=True, px=lease_ms):
+                log.warning("session %s: lease lost to another instance", session_id)
+                await self._let_go(session_id)
+
+    async def _flush_dirty(self) -> None:
+        for session_id in list(self._dirty):
+            session = self._owned.get(session_id)
+            self._dirty.discard(session_id)
+            if session is None:
+                continue
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.delete(self._k("h", session_id))
+                if session.history:
+                    pipe.rpush(self._k("h", session_id),
+                               *[json.dumps(m) for m in session.history])
+                pipe.hset(self._k("s", session_id), mapping=self._fields(session))
+                pipe.pexpire(self._k("h", session_id), self._ttl_ms())
+                pipe.pexpire(self._k("s", session_id), self._ttl_ms())
+                await pipe.execute()
+
+    async def _let_go(self, session_id: str) -> None:
+        if session_id in self._owned and self.on_release is not None:
+            await self.on_release(session_id)
+        await self.release(session_id)
+
+    async def _listen_loop(self) -> None:
+        """Serve release requests from other instances (reconnects that landed there)."""
+        while not self._stopping.is_set():
+            try:
+                async with self._redis.pubsub(ignore_subscribe_messages=True) as pubsub:
+                    await pubsub.subscribe(self._channel)
+                    while not self._stopping.is_set():
+                        msg = await pubsub.get_message(timeout=0.5)
+                        if msg is not None and msg.get("type") == "message":
+                            session_id = str(msg["data"])
+                            log.info("session %s claimed by another instance", session_id)
+                            await self._let_go(session_id)
+            except RedisError as exc:
+                self._mark_down(exc)
+                with contextlib.suppress(TimeoutError):  # resubscribe after an outage
+                    await asyncio.wait_for(self._stopping.wait(), self.probe_every_s)

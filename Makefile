@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 # llama-cpp-python builds from source (~10 min on 2 cores, cached by pip afterwards)
 export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
-APT_TEST_PACKAGES := espeak-ng sox libsox-fmt-all iproute2 util-linux postgresql
+APT_TEST_PACKAGES := espeak-ng sox libsox-fmt-all iproute2 util-linux postgresql redis-server
 # Node packages of the Hyperswarm bridge of the host sidecar (tests skip it without npm)
 HYPERSWARM_BRIDGE := voice_server/adapters/host/hyperswarm
 SERVE_ARGS ?=

@@ -19,7 +19,7 @@ import numpy as np
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 
-from tests.rtc.peer import RtcClient
+from tests.rtc.peer import RtcClient, mono_pcm
 from voice_server.pipeline.audio import rms
 from voice_server.server.rtc import _restrict_host_addresses
 from voice_server.server.rtc_audio import OutboundAudioTrack
@@ -83,10 +83,7 @@ class PipecatClient:
                 frame = await track.recv()
             except MediaStreamError:
                 return
-            pcm = frame.to_ndarray().reshape(-1)
-            if frame.layout.name == "stereo":
-                pcm = pcm[0::2]
-            self.heard.append((time.monotonic(), pcm.astype(np.int16)))
+            self.heard.append((time.monotonic(), mono_pcm(frame)))
             self._first_frame.set()
 
 

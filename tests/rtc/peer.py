@@ -18,7 +18,15 @@ from voice_server.pipeline.audio import decode_wav
 from voice_server.server.rtc import _restrict_host_addresses
 from voice_server.server.rtc_audio import OutboundAudioTrack
 
-__all__ = ["RtcClient"]
+__all__ = ["RtcClient", "mono_pcm"]
+
+
+def mono_pcm(frame: Any) -> np.ndarray:
+    """A received audio frame as mono int16 (aiortc delivers Opus as 48 kHz stereo)."""
+    pcm = frame.to_ndarray().reshape(-1)
+    if frame.layout.name == "stereo":
+        pcm = pcm[0::2]
+    return pcm.astype(np.int16)
 
 FRAME_S = 0.02
 
@@ -102,10 +110,7 @@ class RtcClient:
                 frame = await track.recv()
             except MediaStreamError:
                 return
-            pcm = frame.to_ndarray().reshape(-1)
-            if frame.layout.name == "stereo":
-                pcm = pcm[0::2]
-            self.heard.append((time.monotonic(), pcm.astype(np.int16)))
+            self.heard.append((time.monotonic(), mono_pcm(frame)))
 
     def say(self, wav: bytes) -> float:
         """Queue a WAV on the mic; returns the monotonic time its audio starts playing

@@ -50,14 +50,14 @@ async def main() -> None:
         reader = asyncio.StreamReader()
         loop = asyncio.get_running_loop()
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-        seen = 0
         try:
             while line := await reader.readline():
                 if line.strip() == b"dump":
-                    turns = list(server.last_turns)
-                    out = {"turns": [record_json(r) for r in turns[seen:]],
+                    turns = []
+                    while server.last_turns:  # the records since the last dump, once each
+                        turns.append(server.last_turns.popleft())
+                    out = {"turns": [record_json(r) for r in turns],
                            "loop_lag_ms": sorted(lags)}
-                    seen = len(turns)
                     lags.clear()
                     print(json.dumps(out), flush=True)
         finally:

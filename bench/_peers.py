@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -118,17 +119,26 @@ async def turn(client: Any, pcm48: np.ndarray, *, timeout: float = 40) -> dict[s
 
 
 async def barge_in(client: Any, ask48: np.ndarray, interrupt48: np.ndarray,
-                   *, talk_s: float = 1.5, timeout: float = 40) -> dict[str, Any]:
+                   *, talk_s: float = 1.5, timeout: float = 40,
+                   on_answer: Callable[[], None] | None = None) -> dict[str, Any]:
     """Ask for a long answer, interrupt it ``talk_s`` after it starts; measure how long after
     the interruption's onset the agent's audio stops (last loud frame before the interrupting
-    speech ends: no reply to it can come that early)."""
+    speech ends: no reply to it can come that early). ``on_answer`` runs once the long answer
+    is heard (e.g. to make the reply to the interruption short). A long answer that never
+    starts is an invalid sample (``talking_at_onset`` false, ``no_answer`` true)."""
     _, end_off = speech_bounds(ask48)
     speech_end = await _play(client, ask48) + end_off
     started = None
-    async with asyncio.timeout(timeout):
-        while started is None:
-            await asyncio.sleep(0.05)
-            started = next((t for t, p in client.heard if t > speech_end and rms(p) > LOUD), None)
+    try:
+        async with asyncio.timeout(timeout):
+            while started is None:
+                await asyncio.sleep(0.05)
+                started = next((t for t, p in client.heard if t > speech_end
+                                and rms(p) > LOUD), None)
+    except TimeoutError:
+        return {"talking_at_onset": False, "no_answer": True, "reaction_ms": None}
+    if on_answer is not None:
+        on_answer()
     await asyncio.sleep(talk_s)
     onset_off, int_end_off = speech_bounds(interrupt48)
     t0 = await _play(client, interrupt48)
@@ -136,7 +146,7 @@ async def barge_in(client: Any, ask48: np.ndarray, interrupt48: np.ndarray,
     await asyncio.sleep(max(0.0, int_end - time.monotonic()) + 0.3)
     before = [t for t, p in client.heard if onset - 0.3 <= t < onset and rms(p) > LOUD]
     loud = [t for t, p in client.heard if onset <= t <= int_end + 0.2 and rms(p) > LOUD]
-    result = {"talking_at_onset": bool(before),
+    result = {"talking_at_onset": bool(before), "no_answer": False,
               "reaction_ms": round(((max(loud) if loud else onset) - onset) * 1000, 1)}
     await turn_end(client, int_end)
     return result

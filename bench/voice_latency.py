@@ -271,15 +271,18 @@ async def scripted_phase(systems: list[System], fake, wavs, story, interrupt, tu
             await client.negotiate()
             await asyncio.sleep(0.5)
             floor = [await turn(client, wavs[i % len(wavs)]) for i in range(turns)]
-            fake.default_text = LONG
             reactions = []
             for _ in range(barge_ins):
-                reactions.append(await barge_in(client, story, interrupt))
+                fake.default_text = LONG
+                reactions.append(await barge_in(
+                    client, story, interrupt, on_answer=lambda: setattr(fake, "default_text",
+                                                                        SHORT)))
         dump = await system.dump()
         entry = {"voice_to_voice_ms": stats([r["v2v_ms"] for r in floor]),
                  "barge_in_reaction_ms": stats([r["reaction_ms"] for r in reactions
                                                 if r["talking_at_onset"]]),
-                 "barge_in_invalid": sum(1 for r in reactions if not r["talking_at_onset"])}
+                 "barge_in_invalid": sum(1 for r in reactions if not r["talking_at_onset"]),
+                 "barge_in_no_answer": sum(1 for r in reactions if r["no_answer"])}
         if dump:
             cut = [t for t in dump["turns"] if t["interrupted"]]
             entry["server_cancel_ms"] = stats([t["barge_in_ms"] for t in cut])
@@ -323,9 +326,14 @@ async def main() -> None:
         interrupt = speech48k("Stop please, I have a question.", folder, pad=(0.0, 1.0))
     result: dict[str, Any] = {"bench": "voice_latency", "cpu_count": os.cpu_count(),
                               "load_avg_start": os.getloadavg()}
+    llama_python = args.llama_python or args.pipecat_python or sys.executable
+    if subprocess.run([llama_python, "-c", "import llama_cpp.server.app"],  # noqa: ASYNC221
+                      capture_output=True).returncode != 0:
+        sys.exit(f"{llama_python} cannot run llama_cpp.server: give --llama-python (a venv with "
+                 "llama-cpp-python[server]) or --pipecat-python")
     llama_port = free_port()
     llama = subprocess.Popen(  # noqa: ASYNC220 (a long-lived server, never waited on the loop)
-        [args.llama_python or args.pipecat_python or sys.executable, "-m", "llama_cpp.server",
+        [llama_python, "-m", "llama_cpp.server",
          "--model", str(default_gguf_path()), "--host", "127.0.0.1", "--port", str(llama_port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     llama_url = f"http://127.0.0.1:{llama_port}/v1"

@@ -103,6 +103,9 @@ class Settings(BaseSettings):
     stt_beam_size: int = Field(1, ge=1, le=10, description="Whisper beam size")
     stt_language: str | None = Field("en", description="spoken language (None: detect)")
     stt_threads: int = Field(2, ge=1, description="CPU threads for STT")
+    stt_window_s: float = Field(8.0, ge=0, le=30, description="encode an utterance in a window "
+                                "this long (or its length + 2 s) instead of Whisper's 30 s: "
+                                "about 3x faster on short turns (0: always 30 s)")
 
     # text to speech
     tts_voice: str | None = Field(None, description="Piper .onnx voice path "

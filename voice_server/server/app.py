@@ -49,7 +49,8 @@ class VoiceServer:
         self.stt = WhisperSTT(self.pool, model=settings.stt_model,
                               compute_type=settings.stt_compute_type,
                               beam_size=settings.stt_beam_size, language=settings.stt_language,
-                              threads=settings.stt_threads)
+                              threads=settings.stt_threads,
+                              window_s=settings.stt_window_s)
         self.tts = PiperTTS(self.pool, voice=settings.tts_voice, threads=settings.tts_threads)
         self.router = build_router(settings)
         self.sessions: SessionStore = self._session_store()

@@ -1,0 +1,46 @@
+"""Short-window Whisper decoding (pipeline/stt.py): the loop cutter, and the same words as
+faster-whisper's 30 s decoding on real speech."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from voice_server.compute import ComputePool
+from voice_server.pipeline.audio import decode_wav
+from voice_server.pipeline.stt import WhisperSTT, cut_loop
+
+
+def test_a_loop_back_to_the_start_is_cut() -> None:
+    turn_on = [1210, 319, 262, 7588, 287, 262, 9592]
+    assert cut_loop([*turn_on, *turn_on[:4]], hit_budget=False) == turn_on
+    assert cut_loop([*turn_on, *turn_on, *turn_on], hit_budget=False) == turn_on
+
+
+def test_short_repeats_and_normal_text_are_kept() -> None:
+    assert cut_loop([5, 6, 5, 6], hit_budget=False) == [5, 6, 5, 6]  # "thank you thank you"
+    text = [1, 2, 3, 4, 5, 6, 7, 8]
+    assert cut_loop(text, hit_budget=False) == text
+    assert cut_loop(text, hit_budget=True) == text
+
+
+def test_a_mid_text_loop_is_cut_only_when_the_budget_ran_out() -> None:
+    tokens = [9, 8, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2]
+    assert cut_loop(tokens, hit_budget=False) == tokens
+    assert cut_loop(tokens, hit_budget=True) == [9, 8, 1, 2, 3, 4]
+
+
+@pytest.mark.slow
+async def test_window_and_full_decoding_hear_the_same_words(make_speech) -> None:
+    async with ComputePool(1) as pool:
+        window = WhisperSTT(pool, window_s=8.0)
+        full = WhisperSTT(pool, window_s=0.0)
+        for text, key in (("Turn on the lights in the kitchen.", "kitchen"),
+                          ("I would like to book a table for two people tomorrow at seven in "
+                           "the evening, near the window if possible.", "window")):
+            pcm = decode_wav(make_speech(text), max_seconds=30, to_rate=16000)
+            heard = await window.transcribe(pcm)
+            assert key in heard.lower()
+            assert heard.lower().count(key) == 1  # no decoding loop
+            assert key in (await full.transcribe(pcm)).lower()
+        assert await window.transcribe(np.zeros(16000, dtype=np.int16)) == ""

@@ -12,6 +12,12 @@ STAGES = [("speech-end", "end of turn (VAD)", "#8da0cb"),
           (None, "transport to ear", "#a6d854")]
 
 
+COLORS = {"ours": "#fc8d62", "ours_embedded": "#8da0cb", "pipecat": "#999999"}
+LABELS = {"ours": "voice_server (shared LLM server)",
+          "ours_embedded": "voice_server (embedded LLM)",
+          "pipecat": "Pipecat (shared LLM server)"}
+
+
 def stage_bars(turn: dict[str, Any]) -> list[tuple[float, float]]:
     """(start, width) in ms from the end of the user's speech, one per stage."""
     end = turn["speech_end"]
@@ -59,15 +65,17 @@ def timeline_chart(result: dict[str, Any], path: str) -> None:
     ax.legend(loc="lower right", fontsize=8)
     levels = sorted(phase["ours"], key=lambda k: int(k.split("_")[1]))
     xs = range(len(levels))
-    for offset, name, color in ((-0.2, "ours", "#fc8d62"), (0.2, "pipecat", "#999999")):
-        if name not in phase:
-            continue
+    names = [n for n in ("ours", "ours_embedded", "pipecat") if n in phase]
+    width = 0.8 / len(names)
+    for k, name in enumerate(names):
+        offset = (k - (len(names) - 1) / 2) * width
+        color = COLORS[name]
         p50 = [phase[name].get(lv, {}).get("voice_to_voice_ms", {}).get("p50", 0) for lv in levels]
         p95 = [phase[name].get(lv, {}).get("voice_to_voice_ms", {}).get("p95", 0) for lv in levels]
-        label = "voice_server" if name == "ours" else "Pipecat"
-        ax2.bar([x + offset for x in xs], p95, 0.38, color=color, alpha=0.45,
+        label = LABELS[name]
+        ax2.bar([x + offset for x in xs], p95, width * 0.95, color=color, alpha=0.45,
                 label=f"{label} p95")
-        ax2.bar([x + offset for x in xs], p50, 0.38, color=color, label=f"{label} p50")
+        ax2.bar([x + offset for x in xs], p50, width * 0.95, color=color, label=f"{label} p50")
     ax2.set_xticks(list(xs), [lv.replace("sessions_", "") + " session(s)" for lv in levels])
     ax2.set_ylabel("voice-to-voice (ms)")
     ax2.set_title("By concurrent sessions")

@@ -22,7 +22,7 @@ from aiortc.mediastreams import MediaStreamError
 
 from tests.rtc.peer import RtcClient, mono_pcm
 from voice_server.pipeline.audio import rms
-from voice_server.server.rtc import _restrict_host_addresses
+from voice_server.server.rtc import _restrict_host_addresses, set_audio_jitter_prefetch
 from voice_server.server.rtc_audio import OutboundAudioTrack
 
 __all__ = ["LOUD", "PipecatClient", "RtcClient", "barge_in", "speech_bounds", "turn"]
@@ -71,6 +71,7 @@ class PipecatClient:
             answer = await resp.json()
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"],
                                                                  type=answer["type"]))
+        set_audio_jitter_prefetch(self.pc, 1)  # the same receiving buffer as RtcClient
         # the bot's output track delivers frames once its pipeline (models) is up
         await asyncio.wait_for(self._first_frame.wait(), timeout)
 
@@ -88,9 +89,11 @@ class PipecatClient:
             self._first_frame.set()
 
 
-async def _play(client: Any, pcm48: np.ndarray) -> float:
+async def _play(client: Any, pcm48: np.ndarray, timeout: float = 10) -> float:
+    """Queue audio on the mic; the time it starts (its track is pulled only while the peer
+    connection lives, so a dead connection raises TimeoutError instead of hanging)."""
     clip = client.mic.enqueue(pcm48)
-    await clip.started.wait()
+    await asyncio.wait_for(clip.started.wait(), timeout)
     return clip.started_at
 
 

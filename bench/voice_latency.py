@@ -128,7 +128,7 @@ class System:
         self.proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,  # noqa: ASYNC220
                                      text=True, cwd=ROOT)
         line = await asyncio.to_thread(self._wait_ready)
-        if self.name == "ours":
+        if self.name.startswith("ours"):
             self.url = f"ws://127.0.0.1:{json.loads(line)['port']}/ws"
         self.sampler = Sampler(self.proc.pid)
         return self
@@ -143,10 +143,10 @@ class System:
     def client(self) -> Any:
         from bench._peers import PipecatClient, RtcClient
 
-        return RtcClient(self.url) if self.name == "ours" else PipecatClient(self.url)
+        return RtcClient(self.url) if self.name.startswith("ours") else PipecatClient(self.url)
 
     async def dump(self) -> dict[str, Any]:
-        if self.name != "ours" or self.proc is None:
+        if not self.name.startswith("ours") or self.proc is None:
             return {}
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write("dump\n")
@@ -164,7 +164,10 @@ class System:
                 self.proc.kill()
 
 
-def build_systems(args: argparse.Namespace, llm_url: str, model: str) -> list[System]:
+def build_systems(args: argparse.Namespace, llm_url: str, model: str, *,
+                  embedded: bool = False) -> list[System]:
+    """voice_server and Pipecat on the shared LLM server; with ``embedded``, also voice_server
+    on its defaults (the LLM in-process), named ``ours_embedded``."""
     from voice_server.pipeline.stt import default_whisper_dir
     from voice_server.pipeline.tts import default_piper_voice
 
@@ -174,6 +177,10 @@ def build_systems(args: argparse.Namespace, llm_url: str, model: str) -> list[Sy
                      "llm_max_tokens": 60, **overrides}
     systems = [System("ours", [sys.executable, "bench/_ours_proc.py",
                                json.dumps(ours_settings)], llm_url)]
+    if embedded:
+        own = {"port": 0, "ice_host_addresses": "127.0.0.1", "llm_max_tokens": 60, **overrides}
+        systems.append(System("ours_embedded", [sys.executable, "bench/_ours_proc.py",
+                                                json.dumps(own)], llm_url))
     if args.pipecat_python:
         port = free_port()
         voice = default_piper_voice()
@@ -194,11 +201,23 @@ async def session(system: System, wavs: list[np.ndarray], turns: int, offset: in
     out = []
     async with system.client() as client:
         t0 = time.monotonic()
-        await client.negotiate()
+        try:
+            await asyncio.wait_for(client.negotiate(), 120)
+        except TimeoutError:
+            print(f"#   {system.name} session {offset}: no connection", file=sys.stderr)
+            return [{"v2v_ms": None, "connect_ms": None, "no_connection": True}]
+        print(f"#   {system.name} session {offset} connected", file=sys.stderr, flush=True)
         connect_ms = round((time.monotonic() - t0) * 1000, 1)
         await asyncio.sleep(0.5)
         for i in range(turns):
-            result = await turn(client, wavs[(offset + i) % len(wavs)])
+            try:
+                result = await turn(client, wavs[(offset + i) % len(wavs)])
+            except TimeoutError:  # the connection died: count it, do not hang the run
+                print(f"#   {system.name} session {offset}: connection lost", file=sys.stderr)
+                out.append({"v2v_ms": None, "connect_ms": connect_ms, "lost": True})
+                break
+            print(f"#   {system.name} session {offset} turn {i}: {result['v2v_ms']} ms",
+                  file=sys.stderr, flush=True)
             result["connect_ms"] = connect_ms
             if hasattr(client, "dc_messages"):  # ours: the data channel's stage messages
                 result["dc"] = [(t, m["type"]) for t, m in client.dc_messages
@@ -309,6 +328,12 @@ async def main() -> None:
     parser.add_argument("--llama-python", help="python with llama-cpp-python[server] (default: "
                         "--pipecat-python, else this one)")
     parser.add_argument("--ours-settings", default="{}", help="JSON Settings overrides")
+    parser.add_argument("--llm-threads", type=int, default=2,
+                        help="threads of the shared llama.cpp server (voice_server's embedded "
+                        "default is 2 too)")
+    parser.add_argument("--embedded", action="store_true",
+                        help="also run voice_server with its embedded LLM (in the load and "
+                        "connections phases)")
     parser.add_argument("--chart", help="write the timeline PNG here")
     parser.add_argument("--json", help="also write the full result (per-turn data) here")
     parser.add_argument("--skip", default="", help="comma list of phases to skip: "
@@ -334,13 +359,14 @@ async def main() -> None:
     llama_port = free_port()
     llama = subprocess.Popen(  # noqa: ASYNC220 (a long-lived server, never waited on the loop)
         [llama_python, "-m", "llama_cpp.server",
-         "--model", str(default_gguf_path()), "--host", "127.0.0.1", "--port", str(llama_port)],
+         "--model", str(default_gguf_path()), "--host", "127.0.0.1", "--port", str(llama_port),
+         "--n_threads", str(args.llm_threads), "--n_threads_batch", str(args.llm_threads)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     llama_url = f"http://127.0.0.1:{llama_port}/v1"
     try:
         await wait_http(f"{llama_url}/models")
         if "load" not in skip or "connections" not in skip:
-            systems = build_systems(args, llama_url, "smollm2")
+            systems = build_systems(args, llama_url, "smollm2", embedded=args.embedded)
             async with contextlib.AsyncExitStack() as stack:
                 for system in systems:
                     await stack.enter_async_context(system)

@@ -40,6 +40,9 @@ class Settings(BaseSettings):
     ice_host_addresses: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="comma-separated local addresses ICE may gather host candidates on")
+    rtc_jitter_prefetch_frames: int = Field(
+        2, ge=0, le=15, description="inbound audio frames (20 ms each) the WebRTC jitter buffer "
+        "holds before decoding (aiortc's own is 4): raise it on jittery networks")
     allowed_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["http://localhost", "http://127.0.0.1", "null"],
         description="comma-separated browser origins allowed to connect ('*' for any); "

@@ -15,7 +15,7 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 
 from voice_server.pipeline.audio import decode_wav
-from voice_server.server.rtc import _restrict_host_addresses
+from voice_server.server.rtc import _restrict_host_addresses, set_audio_jitter_prefetch
 from voice_server.server.rtc_audio import OutboundAudioTrack
 
 __all__ = ["RtcClient", "mono_pcm"]
@@ -34,8 +34,11 @@ FRAME_S = 0.02
 class RtcClient:
     """``async with RtcClient(url) as c: await c.negotiate(); await c.say(wav48k)``."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, jitter_prefetch: int = 1) -> None:
+        """``jitter_prefetch``: frames our receiving jitter buffer holds (1: a frame counts
+        as heard when the next one arrives, close to RTP arrival; aiortc's default is 4)."""
         self.url = url
+        self.jitter_prefetch = jitter_prefetch
         self.ws: Any = None
         self.ready: dict[str, Any] = {}
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
@@ -56,6 +59,7 @@ class RtcClient:
         self.ws = await websockets.connect(self.url, max_size=None)
         self.ready = json.loads(await self.ws.recv())
         self._tasks.append(asyncio.create_task(self._read_ws(), name="client-ws"))
+        self._tasks.append(asyncio.create_task(self._heartbeat(), name="client-ping"))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -86,7 +90,15 @@ class RtcClient:
                                                      "sdp": self.pc.localDescription.sdp}})
         answer = await asyncio.wait_for(self._signals.get(), timeout)
         await self.pc.setRemoteDescription(RTCSessionDescription(**answer["signal"]))
+        set_audio_jitter_prefetch(self.pc, self.jitter_prefetch)
         await asyncio.wait_for(self._channel_open.wait(), timeout)
+
+    async def _heartbeat(self, every_s: float = 15.0) -> None:
+        """``ping`` every 15 s, as the reference client does (spec: "ping"); without it the
+        server closes a connection that only carries WebRTC audio after its idle timeout."""
+        while True:
+            await asyncio.sleep(every_s)
+            await self.send({"type": "ping", "timestamp": int(time.time() * 1000)})
 
     async def _read_ws(self) -> None:
         async for raw in self.ws:

@@ -79,3 +79,15 @@ def test_resample_round_trip_keeps_length():
     """22.05 kHz -> 48 kHz keeps the duration."""
     out = resample(tone(22050), 22050, 48000)
     assert abs(len(out) - 48000) <= 1000
+
+
+def test_trailing_silence_is_cut_to_the_kept_tail():
+    from voice_server.pipeline.audio import trim_trailing_silence
+
+    rate = 22050
+    tone = (np.sin(np.arange(rate // 2) * 0.2) * 8000).astype(np.int16)
+    pcm = np.concatenate([tone, np.zeros(rate // 4, dtype=np.int16)])
+    out = trim_trailing_silence(pcm, rate, keep_ms=30)
+    assert len(tone) <= len(out) <= len(tone) + rate * 40 // 1000
+    assert np.array_equal(out[:len(tone)], tone)
+    assert len(trim_trailing_silence(np.zeros(100, dtype=np.int16), rate)) <= rate * 30 // 1000

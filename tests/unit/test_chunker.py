@@ -49,3 +49,29 @@ def test_runaway_text_is_cut():
     out = stream("word " * 100, 7)
     assert all(len(p) <= 240 for p in out) and len(out) >= 2
     assert " ".join(out).split() == ["word"] * 100
+
+
+@pytest.mark.parametrize("step", [1, 4, 1000])
+def test_a_long_first_sentence_is_cut_after_six_words(step):
+    """Without punctuation in its first 6 words, the first piece ends at the next word
+    boundary (speech starts sooner); the rest waits for the sentence end."""
+    text = "The sky looks blue because the air scatters short blue waves of light. Yes."
+    assert stream(text, step) == ["The sky looks blue because the",
+                                  "air scatters short blue waves of light.", "Yes."]
+
+
+def test_a_late_clause_does_not_delay_the_first_piece():
+    text = "The cat-like tweet is a type of tweet that uses a cat as a mascot, often. Ok."
+    assert stream(text, 1000)[0] == "The cat-like tweet is a type"
+
+
+def test_a_known_sentence_end_close_after_six_words_is_not_cut():
+    assert stream("One two three four five six seven eight. Ok.", 1000) == [
+        "One two three four five six seven eight.", "Ok."]
+
+
+def test_the_first_piece_is_not_cut_after_a_number():
+    out = stream("The moon is about 384400 kilometers or 238855 miles from us today. Ok.", 1)
+    assert out[0] == "The moon is about 384400 kilometers"
+    first = stream("It is 3 4 5 6 7 8 9 10 11 12 and more. Ok.", 1)[0]
+    assert first == "It is 3 4 5 6 7 8 9 10 11 12 and"

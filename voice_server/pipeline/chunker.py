@@ -1,7 +1,11 @@
 """Split a streamed LLM answer into speakable pieces as early as possible.
 
-The first piece may end at a clause (comma, colon) once it is long enough, so speech starts
-sooner; later pieces end at sentence boundaries. Abbreviations and decimals do not split.
+The first piece may end at a clause (comma, colon) once it is long enough, or, when the first
+``first_max_words`` words bring no boundary, at the word boundary after them (a number counts
+as one word per digit, up to 6, and a piece never ends right after one): speech starts
+sooner, because Piper's time grows with the text (about 25 ms per word on one core) and a long
+first sentence would delay it. Later pieces end at sentence boundaries. Abbreviations and
+decimals do not split.
 """
 
 from __future__ import annotations
@@ -12,14 +16,17 @@ __all__ = ["SentenceChunker"]
 
 _END = re.compile(r"([.!?…]+[\"')\]]*|\n+)(\s+|$)")
 _CLAUSE = re.compile(r"[,;:—](\s+)")
+_WORD = re.compile(r"\S+")
 _ABBREV = {"mr", "mrs", "ms", "dr", "prof", "st", "vs", "etc", "e.g", "i.e", "no", "jr", "sr"}
 
 
 class SentenceChunker:
-    def __init__(self, *, first_clause_min_words: int = 5, max_chars: int = 240) -> None:
+    def __init__(self, *, first_clause_min_words: int = 4, first_max_words: int = 6,
+                 max_chars: int = 240) -> None:
         self._buf = ""
         self._emitted = 0
         self._first_clause_min_words = first_clause_min_words
+        self._first_max_words = first_max_words
         self._max_chars = max_chars
 
     def feed(self, text: str) -> list[str]:
@@ -36,6 +43,23 @@ class SentenceChunker:
         return rest if _speakable(rest) else None
 
     def _take(self) -> str | None:
+        end = self._sentence_end()
+        if self._emitted == 0:
+            limit = len(self._buf) if end is None else end
+            cuts = [match.end() for match in _CLAUSE.finditer(self._buf, 0, limit)
+                    if len(self._buf[: match.start()].split()) >= self._first_clause_min_words]
+            if self._first_max_words and (soft := self._soft_cut(end)) is not None:
+                cuts.append(soft)
+            if cuts:
+                return self._cut(min(cuts))
+        if end is not None:
+            return self._cut(end)
+        if len(self._buf) > self._max_chars:
+            cut = self._buf.rfind(" ", 0, self._max_chars)
+            return self._cut(cut if cut > 0 else self._max_chars)
+        return None
+
+    def _sentence_end(self) -> int | None:
         for match in _END.finditer(self._buf):
             if match.end(2) == len(self._buf) and not match.group(2):
                 return None  # punctuation at the very end: wait, a digit may follow ("3.")
@@ -43,14 +67,25 @@ class SentenceChunker:
             word = before.rsplit(None, 1)[-1].lower() if before.strip() else ""
             if match.group(1).startswith(".") and word.rstrip(".") in _ABBREV:
                 continue
-            return self._cut(match.end())
-        if self._emitted == 0:
-            for match in _CLAUSE.finditer(self._buf):
-                if len(self._buf[: match.start()].split()) >= self._first_clause_min_words:
-                    return self._cut(match.end())
-        if len(self._buf) > self._max_chars:
-            cut = self._buf.rfind(" ", 0, self._max_chars)
-            return self._cut(cut if cut > 0 else self._max_chars)
+            return match.end()
+        return None
+
+    def _soft_cut(self, sentence_end: int | None) -> int | None:
+        """Where to end a long first piece without punctuation: after a complete word (one
+        followed by a space) once ``first_max_words`` words are in, never after a number, and,
+        when the sentence's end is known, only if at least 3 words would follow."""
+        count = 0
+        for match in _WORD.finditer(self._buf, 0, sentence_end or len(self._buf)):
+            word = match.group()
+            digits = sum(c.isdigit() for c in word)
+            count += min(digits, 6) if digits else 1  # "2,150,000" is said in many words
+            if match.end() == len(self._buf):
+                return None  # the word may continue in the next delta
+            if count >= self._first_max_words and not digits:
+                if sentence_end is not None and len(
+                        self._buf[match.end():sentence_end].split()) < 3:
+                    return None
+                return match.end()
         return None
 
     def _cut(self, end: int) -> str | None:

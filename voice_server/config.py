@@ -5,6 +5,7 @@ Every default works offline on 2 cores with the bundled models.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import tomllib
 from pathlib import Path
@@ -57,6 +58,9 @@ class Settings(BaseSettings):
                                       description="largest total size of one turn's images")
 
     max_sessions: int = Field(500, ge=1, description="most live connections on this instance")
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="comma-separated addresses/CIDRs of reverse proxies "
+        "whose X-Forwarded-For names the client (per-IP limits, logs); others are ignored")
     max_sessions_per_ip: int = Field(50, ge=1, description="most live connections from one "
                                      "client address")
     max_messages_per_s: float = Field(50.0, gt=0, description="sustained client message rate "
@@ -73,6 +77,8 @@ class Settings(BaseSettings):
                                "sessions between instances")
     session_lease_s: float = Field(15.0, gt=0, description="a session's ownership lease by one "
                                    "instance (renewed while connected)")
+    session_claim_wait_s: float = Field(8.0, gt=0, description="how long a reconnect waits for "
+                                        "the instance owning the session to let it go")
     auth_secret: str | None = Field(None, description="HMAC secret; when set every connection "
                                     "must present a token (?token= or an auth message)")
     turn_secret: str | None = Field(None, description="coturn static-auth-secret: time-limited "
@@ -149,7 +155,8 @@ class Settings(BaseSettings):
     preload_models: bool = Field(True, description="load and warm models at start")
     log_level: str = Field("INFO", description="logging level")
 
-    @field_validator("ice_host_addresses", "allowed_origins", "turn_urls", mode="before")
+    @field_validator("ice_host_addresses", "allowed_origins", "turn_urls", "trusted_proxies",
+                     mode="before")
     @classmethod
     def _split_commas(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -157,6 +164,13 @@ class Settings(BaseSettings):
             if value.startswith("["):
                 return json.loads(value)
             return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            ipaddress.ip_network(entry, strict=False)  # ValueError -> a clear settings error
         return value
 
     @field_validator("ice_servers", "sidecars", mode="before")

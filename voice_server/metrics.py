@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -90,6 +91,12 @@ class Metrics:
                               registry=r)
         self.connections = Counter("voice_connections_total", "WebSocket connections accepted",
                                    registry=r)
+        self.tasks = Gauge("voice_asyncio_tasks", "asyncio tasks alive in the server's event "
+                           "loop (a number that keeps growing is a leak)", registry=r)
+
+    def watch_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Count ``loop``'s tasks at each scrape (/metrics is served on that loop)."""
+        self.tasks.set_function(lambda: len(asyncio.all_tasks(loop)))
 
     def record_turn(self, rec: TurnRecord) -> None:
         origin = rec.speech_end or rec.started

@@ -69,6 +69,7 @@ def test_the_compose_environment_makes_valid_settings(compose, monkeypatch):
     assert settings.turn_urls[0] == "turn:voice.example.com:3478?transport=udp"
     assert not settings.auth_secret and settings.llm_provider == "local"
     assert not settings.llm_base_url  # the embedded model unless LLM_* are given
+    assert "172.16.0.0/12" in settings.trusted_proxies
 
     for key, value in voice_env(compose, {"TURN_SECRET": "x", "LLM_PROVIDER": "openai_compat",
                                           "LLM_BASE_URL": "http://ollama:11434/v1",

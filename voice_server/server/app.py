@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import ipaddress
 import logging
 import signal
 import time
@@ -58,6 +59,8 @@ class VoiceServer:
         self.admission = Admission(max_total=settings.max_sessions,
                                    max_per_ip=settings.max_sessions_per_ip)
         self.signer = TokenSigner(settings.auth_secret) if settings.auth_secret else None
+        self.trusted_proxies = [ipaddress.ip_network(n, strict=False)
+                                for n in settings.trusted_proxies]
         self.draining = False
         self.rtc_factory: Any = None  # set by the WebRTC module when aiortc is usable
         self.live: dict[str, Connection] = {}
@@ -80,6 +83,7 @@ class VoiceServer:
 
     # ---- lifecycle --------------------------------------------------------------------------
     async def __aenter__(self) -> VoiceServer:
+        self.metrics.watch_loop(asyncio.get_running_loop())
         await self.sessions.__aenter__()
         if self.playbooks is not None:
             await self.playbooks.__aenter__()
@@ -115,7 +119,7 @@ class VoiceServer:
         from .redis_store import RedisSessionStore  # noqa: PLC0415 - only when configured
 
         store = RedisSessionStore(s.session_store, ttl_s=s.session_ttl_s,
-                                  lease_s=s.session_lease_s)
+                                  lease_s=s.session_lease_s, claim_wait_s=s.session_claim_wait_s)
         store.on_release = self.evict
         return store
 

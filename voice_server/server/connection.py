@@ -44,7 +44,7 @@ from ..protocol import (
     parse_client,
 )
 from .auth import AuthError, Principal, auth_message_token, query_token
-from .limits import TokenBucket
+from .limits import TokenBucket, client_address
 from .sessions import Session
 
 if TYPE_CHECKING:
@@ -108,7 +108,10 @@ class Connection:
 
     def _remote_ip(self) -> str:
         address = getattr(self.ws, "remote_address", None)
-        return str(address[0]) if address else "?"
+        peer = str(address[0]) if address else "?"
+        request = getattr(self.ws, "request", None)
+        forwarded = request.headers.get("X-Forwarded-For") if request is not None else None
+        return client_address(peer, forwarded, self.server.trusted_proxies)
 
     async def run(self) -> None:
         """Admission (sessions per instance / per IP), auth when configured, then serve."""

@@ -6,10 +6,39 @@ and answers ``error{RATE_LIMITED}`` (spec: "Error Codes") when they say no.
 
 from __future__ import annotations
 
+import ipaddress
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-__all__ = ["Admission", "TokenBucket"]
+__all__ = ["Admission", "TokenBucket", "client_address"]
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def client_address(peer: str, forwarded_for: str | None, trusted: Sequence[Network]) -> str:
+    """The address limits and logs should use: the TCP peer, unless the peer is a trusted
+    proxy; then the right-most ``X-Forwarded-For`` hop that is not itself trusted (hops left of
+    it were written by the client and can be forged)."""
+    def is_trusted(text: str) -> bool:
+        try:
+            address = ipaddress.ip_address(text)
+        except ValueError:
+            return False
+        return any(address in network for network in trusted)
+
+    if not forwarded_for or not is_trusted(peer):
+        return peer
+    current = peer
+    for hop in reversed(forwarded_for.split(",")):
+        hop = hop.strip()
+        try:
+            ipaddress.ip_address(hop)
+        except ValueError:
+            return current  # garbage in the header: the last address we could vouch for
+        current = hop
+        if not is_trusted(hop):
+            return hop
+    return current
 
 
 class TokenBucket:

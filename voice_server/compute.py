@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -32,8 +33,15 @@ class ComputePool:
         except BaseException:
             self._slots.release()
             raise
-        future.add_done_callback(lambda _: loop.call_soon_threadsafe(self._slots.release))
+        future.add_done_callback(lambda _: self._release(loop))
         return await asyncio.wrap_future(future)
+
+    def _release(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Give the slot back from the worker thread; a loop already closed (the process is
+        shutting down while a model call finishes) has no one left to give it to."""
+        if not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # closed between the check and the call
+                loop.call_soon_threadsafe(self._slots.release)
 
     async def __aenter__(self) -> ComputePool:
         return self

@@ -15,6 +15,7 @@ import threading
 import uuid
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,15 @@ from .types import ChatRequest, ChatResult, StreamEvent, ToolCall, Usage
 __all__ = ["LocalLlamaProvider", "default_gguf_path"]
 
 _DONE = object()
+
+
+@dataclass(frozen=True, slots=True)
+class _Token:
+    """Generated text crossing to the event loop; ``permit``: it holds a slot of the bounded
+    hand-off, given back when the consumer takes it."""
+
+    text: str
+    permit: bool
 _AHEAD = 4  # tokens the worker may generate ahead of the consumer
 
 
@@ -66,6 +76,7 @@ class LocalLlamaProvider:
         self._executor = executor
         self._llama: Any = None
         self._lock = asyncio.Lock()
+        self._waiting = 0  # stream requests queued for the model
         self._load_lock = threading.Lock()
 
     def _load(self) -> Any:
@@ -119,10 +130,15 @@ class LocalLlamaProvider:
             loop.call_soon_threadsafe(queue.put_nowait, item)
 
         def put_token(text: str) -> None:
-            while not room.acquire(timeout=0.1):
+            """Wait for room; but while another request is queued for the model, finish this
+            one at full speed (a paused answer must not hold the model from everyone else)."""
+            while not room.acquire(timeout=0.02):
                 if stop.is_set():
                     return
-            put(text)
+                if self._waiting:
+                    put(_Token(text, permit=False))
+                    return
+            put(_Token(text, permit=True))
 
         def work() -> None:
             try:
@@ -150,20 +166,32 @@ class LocalLlamaProvider:
             finally:
                 put(_DONE)
 
-        async with self._lock:
+        self._waiting += 1
+        try:
+            await self._lock.acquire()
+        finally:
+            self._waiting -= 1
+        try:
             future = loop.run_in_executor(self._executor, work)
-            try:
-                while (item := await queue.get()) is not _DONE:
-                    if isinstance(item, BaseException):
-                        raise _map_error(item) from item
-                    if isinstance(item, StreamEvent):
-                        yield item
-                    else:
+        except BaseException:
+            self._lock.release()
+            raise
+        # The lock guards the model: it is free once the worker is done, even if this
+        # generator's consumer has not read the last tokens yet.
+        future.add_done_callback(lambda _: self._lock.release())
+        try:
+            while (item := await queue.get()) is not _DONE:
+                if isinstance(item, BaseException):
+                    raise _map_error(item) from item
+                if isinstance(item, _Token):
+                    if item.permit:
                         room.release()
-                        yield StreamEvent(text=item)
-            finally:
-                stop.set()
-                await asyncio.shield(future)
+                    yield StreamEvent(text=item.text)
+                else:
+                    yield item
+        finally:
+            stop.set()
+            await asyncio.shield(future)
 
     async def complete(self, request: ChatRequest) -> ChatResult:
         self._check_model(request)

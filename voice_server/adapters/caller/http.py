@@ -14,12 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-import json
 import logging
 import socket
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import quote
 
 import uvicorn
 from mcp.server.lowlevel.server import Server
@@ -32,6 +32,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..strict_json import loads_strict
 from .errors import (
     CallerError,
     ProviderError,
@@ -67,9 +68,21 @@ def _trace() -> str:
     return f"trace-{uuid.uuid4().hex}"
 
 
+_HEADER_SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) != "%")
+
+
+def _header_value(trace_id: str) -> str:
+    """A trace id (often the client's ``requestId``) as an ``x-trace-id`` value: visible ASCII
+    as is, anything else percent-encoded (UTF-8), so no id can break or inject a header. The
+    JSON bodies keep the original."""
+    if all("\x21" <= ch <= "\x7e" for ch in trace_id):
+        return trace_id
+    return quote(trace_id, safe=_HEADER_SAFE, errors="replace")
+
+
 def _error_response(exc: CallerError, trace_id: str | None = None) -> JSONResponse:
     trace_id = trace_id or _trace()
-    headers = {"x-trace-id": trace_id}
+    headers = {"x-trace-id": _header_value(trace_id)}
     if exc.retry_after_ms is not None:
         headers["Retry-After"] = retry_after_header(exc.retry_after_ms)
     return JSONResponse(exc.body(trace_id), status_code=exc.status, headers=headers)
@@ -123,7 +136,7 @@ class _Routes:
         if len(raw) > self.max_body:
             raise bad_request("Request body too large")
         try:
-            return json.loads(raw)
+            return loads_strict(raw)
         except ValueError as exc:
             raise bad_request("Request body is not valid JSON") from exc
 
@@ -141,7 +154,7 @@ class _Routes:
         except Exception:
             log.exception("%s failed", method)
             return _error_response(internal(f"{what} dispatch failed"), trace_id)
-        headers = {"x-trace-id": payload["traceId"]}
+        headers = {"x-trace-id": _header_value(payload["traceId"])}
         if payload.get("retryAfterMs"):
             headers["Retry-After"] = retry_after_header(payload["retryAfterMs"])
         return JSONResponse(payload, headers=headers)
@@ -168,7 +181,7 @@ class _Routes:
         return StreamingResponse(
             _sse(events), media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "Connection": "keep-alive",
-                     "x-trace-id": trace_id or _trace()})
+                     "x-trace-id": _header_value(trace_id or _trace())})
 
     async def models(self, request: Request) -> Response:
         trace_id = _trace()

@@ -20,6 +20,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..strict_json import loads_strict
 from .errors import InvalidArgument, PromptError
 
 __all__ = [
@@ -73,8 +74,9 @@ def parse_run_request(body: bytes | str | dict[str, Any]) -> RunRequest:
         if len(body) > MAX_MESSAGE_BYTES:
             raise InvalidArgument("request body too large")
         try:
-            raw = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
+            # strict, as the origin's protojson: "invalid escape code", numbers out of range
+            raw = loads_strict(body)
+        except ValueError:
             raise InvalidArgument("invalid JSON body") from None
     if not isinstance(raw, dict):
         raise InvalidArgument("invalid JSON body")

@@ -266,15 +266,21 @@ async def connections_phase(systems: list[System], wavs, count: int) -> dict[str
     for system in systems:
         assert system.sampler is not None
         rss = []
+        failure = None
         for i in range(count):
-            async with system.client() as client:
-                await client.negotiate()
-                await turn(client, wavs[i % len(wavs)])
+            try:
+                async with system.client() as client:
+                    await client.negotiate()
+                    await turn(client, wavs[i % len(wavs)])
+            except (TimeoutError, OSError) as exc:  # a system that stops answering is a result
+                failure = f"connection {i + 1}: {type(exc).__name__} {exc}".strip()
+                break
             await asyncio.sleep(0.5)
             rss.append(system.sampler.rss_mb())
-        out[system.name] = {"connections": count, "rss_mb_after_first": rss[0],
-                            "rss_mb_after_last": rss[-1],
-                            "growth_pct": round((rss[-1] / rss[0] - 1) * 100, 1)}
+        out[system.name] = {"connections": len(rss), "failure": failure,
+                            "rss_mb_after_first": rss[0] if rss else None,
+                            "rss_mb_after_last": rss[-1] if rss else None,
+                            "growth_pct": round((rss[-1] / rss[0] - 1) * 100, 1) if rss else None}
         print(f"# {system.name} connections: {out[system.name]}", file=sys.stderr)
     return out
 
@@ -360,7 +366,10 @@ async def main() -> None:
     llama = subprocess.Popen(  # noqa: ASYNC220 (a long-lived server, never waited on the loop)
         [llama_python, "-m", "llama_cpp.server",
          "--model", str(default_gguf_path()), "--host", "127.0.0.1", "--port", str(llama_port),
-         "--n_threads", str(args.llm_threads), "--n_threads_batch", str(args.llm_threads)],
+         "--n_threads", str(args.llm_threads), "--n_threads_batch", str(args.llm_threads),
+         # its default cuts a running stream short when another request comes in: with
+         # concurrent sessions, answers went missing on both systems
+         "--interrupt_requests", "False"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     llama_url = f"http://127.0.0.1:{llama_port}/v1"
     try:
@@ -374,9 +383,11 @@ async def main() -> None:
                     levels = [int(x) for x in args.sessions.split(",")]
                     result["local_llm"] = await concurrency_phase(systems, wavs, levels,
                                                                   args.turns)
+                    save(args.json, result)
                 if "connections" not in skip and args.connections:
                     result["sequential_connections"] = await connections_phase(
                         systems, wavs, args.connections)
+                    save(args.json, result)
         if "scripted" not in skip:
             async with FakeOpenAI(default_text=SHORT) as fake:
                 systems = build_systems(args, fake.base_url, "fake-model")
@@ -391,13 +402,18 @@ async def main() -> None:
         llama.wait(10)
     result["ratios_pipecat_over_ours"] = ratios(result)
     result["load_avg_end"] = os.getloadavg()
+    save(args.json, result)  # first: a chart that fails must not lose a 20-minute run
     if args.chart and "local_llm" in result:
         from bench._chart import timeline_chart
 
         timeline_chart(result, args.chart)
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1, default=str))  # noqa: ASYNC240
     print(json.dumps(strip_private(result), indent=2))
+
+
+def save(path: str | None, result: dict[str, Any]) -> None:
+    """Write what is measured so far (after each phase: a later failure loses nothing)."""
+    if path:
+        Path(path).write_text(json.dumps(result, indent=1, default=str))
 
 
 def ratios(result: dict[str, Any]) -> dict[str, Any]:

@@ -100,8 +100,11 @@ class Settings(BaseSettings):
     vad_barge_in_min_speech_ms: int = Field(400, ge=0, description="voiced audio that confirms "
                                             "a barge-in while the agent speaks (0: as "
                                             "vad_min_speech_ms)")
-    vad_spec_silence_ms: int = Field(200, ge=0, description="silence after which speech-to-text "
-                                     "starts speculatively, before the end of turn (0: off)")
+    vad_spec_silence_ms: int = Field(120, ge=0, description="silence after which the answer "
+                                     "(speech-to-text, then the LLM) starts speculatively, "
+                                     "held until the end of turn confirms it (0: off); 120 ms "
+                                     "answers 100 ms sooner than 200 (bench/voice_latency.py); "
+                                     "keep it >= 100 (the utterance's trimmed silence)")
     interim_transcripts: bool = Field(True, description="send isFinal=false transcripts while "
                                       "the user speaks")
 

@@ -86,22 +86,27 @@ def test_mid_sentence_pause_does_not_end_the_turn(phrases, pause_s):
     end = next(e for e in got if e.kind == "end")
     assert end.at_s > 0.5 + (len(first) + len(second)) / RATE + pause_s
     assert len(end.pcm) >= len(first) + len(second)
-    early = [e for e in got if e.kind == "pause" and e.at_s < end.at_s - 0.35]
+    s = load_settings()
+    head_start = (s.vad_end_silence_ms - s.vad_spec_silence_ms) / 1000  # final pause -> end
+    early = [e for e in got if e.kind == "pause" and e.at_s < end.at_s - head_start - 0.05]
     if pause_s >= 0.4:
         assert early  # speculation started in the gap...
     assert all(not np.array_equal(e.pcm, end.pcm) for e in early)  # ...and is not reused
 
 
 def test_speculative_pause_carries_the_final_utterance(phrases):
-    """When the user does not resume, ``pause`` (200 ms of silence) holds exactly the audio
-    ``end`` delivers 300 ms later, so the early transcription can be reused as is."""
+    """When the user does not resume, ``pause`` (``vad_spec_silence_ms`` of silence) holds
+    exactly the audio ``end`` delivers once ``vad_end_silence_ms`` is reached, so the early
+    transcription can be reused as is."""
     first, _ = phrases
     got = [e for e in events(server_vad(), np.concatenate([silence(0.5), first, silence(1.0)]))
            if e.kind != "duck"]
     assert [e.kind for e in got] == ["start", "pause", "end"]
     pause, end = got[1], got[2]
     assert np.array_equal(pause.pcm, end.pcm)
-    assert 0.25 <= end.at_s - pause.at_s <= 0.35
+    s = load_settings()
+    head_start = (s.vad_end_silence_ms - s.vad_spec_silence_ms) / 1000
+    assert head_start - 0.05 <= end.at_s - pause.at_s <= head_start + 0.05
 
 
 @pytest.mark.parametrize("name, noise", [

@@ -7,8 +7,8 @@ import pytest
 from voice_server.pipeline.chunker import SentenceChunker
 
 
-def stream(text: str, step: int = 3) -> list[str]:
-    chunker = SentenceChunker()
+def stream(text: str, step: int = 3, **options: int) -> list[str]:
+    chunker = SentenceChunker(**options)
     out = []
     for i in range(0, len(text), step):
         out += chunker.feed(text[i:i + step])
@@ -58,6 +58,17 @@ def test_a_long_first_sentence_is_cut_after_six_words(step):
     text = "The sky looks blue because the air scatters short blue waves of light. Yes."
     assert stream(text, step) == ["The sky looks blue because the",
                                   "air scatters short blue waves of light.", "Yes."]
+
+
+@pytest.mark.parametrize("step", [1, 1000])
+def test_the_server_default_first_piece_of_four_words(step):
+    """The voice server cuts after ``tts_first_piece_words`` (4): Piper starts on less text."""
+    from voice_server.config import load_settings
+
+    words = load_settings().tts_first_piece_words
+    text = "The sky looks blue because the air scatters short blue waves of light. Yes."
+    assert stream(text, step, first_max_words=words) == [
+        "The sky looks blue", "because the air scatters short blue waves of light.", "Yes."]
 
 
 def test_a_late_clause_does_not_delay_the_first_piece():

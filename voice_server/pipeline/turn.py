@@ -108,7 +108,8 @@ class Turn:
 
     def __init__(self, *, ctx: TurnContext, responder: Responder, tts: PiperTTS,
                  output: SpeechOutput, record: TurnRecord,
-                 on_done: Callable[[Turn], None] | None = None) -> None:
+                 on_done: Callable[[Turn], None] | None = None,
+                 first_piece_words: int = 4) -> None:
         self.ctx = ctx
         self.record = record
         self._responder = responder
@@ -119,6 +120,7 @@ class Turn:
         self._task: asyncio.Task[None] | None = None
         self._text: list[str] = []
         self._first_synthesized = asyncio.Event()
+        self._first_piece_words = first_piece_words
         self.committed: list[dict[str, Any]] = []
 
     def start(self) -> asyncio.Task[None]:
@@ -183,7 +185,7 @@ class Turn:
 
     async def _stream_answer(self, sentences: asyncio.Queue[str | None]) -> None:
         rec = self.record
-        chunker = SentenceChunker()
+        chunker = SentenceChunker(first_max_words=self._first_piece_words)
         held: str | None = None  # one delta held back so the last llm-chunk carries done=true
         rec.llm_requested = time.monotonic()
         async for delta in self._responder.respond(self.ctx):

@@ -358,7 +358,8 @@ class Connection:
                           user_message=self.server.user_message(text, attachments),
                           state=session.state)
         turn = Turn(ctx=ctx, responder=self.server.responder_for(session), tts=self.server.tts,
-                    output=output, record=record)
+                    output=output, record=record,
+                    first_piece_words=self.server.settings.tts_first_piece_words)
         self._turn = turn
         turn.start()
         await turn.wait()

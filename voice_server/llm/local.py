@@ -25,6 +25,7 @@ from .types import ChatRequest, ChatResult, StreamEvent, ToolCall, Usage
 __all__ = ["LocalLlamaProvider", "default_gguf_path"]
 
 _DONE = object()
+_AHEAD = 4  # tokens the worker may generate ahead of the consumer
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +35,6 @@ class _Token:
 
     text: str
     permit: bool
-_AHEAD = 4  # tokens the worker may generate ahead of the consumer
 
 
 def default_gguf_path() -> Path:

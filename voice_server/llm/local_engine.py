@@ -27,6 +27,7 @@ from __future__ import annotations
 import codecs
 import collections
 import ctypes
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -37,6 +38,8 @@ from .errors import LLMBadRequest, LLMError
 from .types import StreamEvent, Usage
 
 __all__ = ["Generation", "LlamaEngine", "SamplingParams"]
+
+log = logging.getLogger(__name__)
 
 Deliver = Callable[[Any], None]  # str (a text delta) | StreamEvent (done) | LLMError
 
@@ -210,15 +213,14 @@ class LlamaEngine:
             bool(gen.pending) or (gen.last is not None and gen.credit > 0))
 
     def _claim_slots(self) -> list[tuple[Generation, _Slot]]:
-        """Give waiting requests a free slot each: the one caching the longest prefix of the
-        prompt, else the least recently used (called with the lock held; a prompt of a few
-        hundred tokens takes ~1 ms to format and tokenize)."""
+        """Give waiting requests a free slot each (called with the lock held; a prompt of a
+        few hundred tokens takes ~1 ms to format and tokenize)."""
         claimed = []
         while self._waiting and (free := [s for s in self._slots if not s.busy]):
             gen = self._waiting.popleft()
             if not self._tokenize(gen):
                 continue
-            slot = max(free, key=lambda s: (_common(s.tokens, gen.prompt), -s.used_at))
+            slot = _pick_slot(free, gen.prompt)
             slot.busy = True
             gen.slot = slot
             self._active.append(gen)
@@ -253,6 +255,7 @@ class LlamaEngine:
         del slot.tokens[keep:]
         gen.cached = keep
         gen.pending = gen.prompt[keep:]
+        log.debug("slot %d: prompt of %d tokens, %d cached", slot.id, len(gen.prompt), keep)
         gen.max_tokens = min(gen.params.max_tokens, self.n_ctx_slot - len(gen.prompt))
         gen.sampler = _sampler(gen.params)
 
@@ -347,6 +350,18 @@ class LlamaEngine:
         if slot is not None:
             slot.busy = False
             slot.used_at = time.monotonic()
+
+
+def _pick_slot(free: list[_Slot], prompt: list[int]) -> _Slot:
+    """The slot whose cache this prompt mostly continues (the same conversation: at least
+    half of what it holds is a prefix of the prompt), the longest such; else the least
+    recently used one. Sharing only the system prompt is not enough: taking that slot would
+    throw away another conversation's history, which it would pay for on its next turn."""
+    matches = [(common, s) for s in free
+               if (common := _common(s.tokens, prompt)) and 2 * common >= len(s.tokens)]
+    if matches:
+        return max(matches, key=lambda m: m[0])[1]
+    return min(free, key=lambda s: s.used_at)
 
 
 def _common(a: list[int], b: list[int]) -> int:

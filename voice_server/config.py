@@ -160,7 +160,8 @@ class Settings(BaseSettings):
                     '"http_port": 8791}, "host": {"port": 8792}}')
 
     # runtime
-    compute_workers: int = Field(4, ge=1, description="threads for STT, TTS and the local LLM")
+    compute_workers: int = Field(2, ge=1, description="STT and TTS jobs run at once (the local "
+                                 "LLM has its own thread); more wait, the urgent ones first")
     preload_models: bool = Field(True, description="load and warm models at start")
     log_level: str = Field("INFO", description="logging level")
 

@@ -23,7 +23,7 @@ class SilentTTS:
 
     sample_rate = 16000
 
-    async def synthesize(self, text: str) -> np.ndarray:
+    async def synthesize(self, text: str, *, urgent: bool = False) -> np.ndarray:
         return np.zeros(160, dtype=np.int16)
 
 

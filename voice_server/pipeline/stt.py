@@ -129,10 +129,11 @@ class WhisperSTT:
             return ""
         tokens = result.sequences_ids[0]
         return tokenizer.decode(cut_loop(tokens, hit_budget=len(tokens) >= budget)).strip()
-    async def transcribe(self, pcm: np.ndarray) -> str:
-        """Transcribe 16 kHz mono int16 audio."""
+    async def transcribe(self, pcm: np.ndarray, *, urgent: bool = True) -> str:
+        """Transcribe 16 kHz mono int16 audio (``urgent``: someone waits for it, see
+        compute.py; interim transcripts are not)."""
         try:
-            return await self._pool.run(self._transcribe, pcm)
+            return await self._pool.run(self._transcribe, pcm, urgent=urgent)
         except STTError:
             raise
         except Exception as exc:

@@ -75,10 +75,11 @@ class PiperTTS:
         parts = [chunk.audio_int16_array.reshape(-1) for chunk in voice.synthesize(text)]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int16)
 
-    async def synthesize(self, text: str) -> np.ndarray:
-        """Synthesize ``text`` to mono int16 PCM at ``sample_rate``."""
+    async def synthesize(self, text: str, *, urgent: bool = False) -> np.ndarray:
+        """Synthesize ``text`` to mono int16 PCM at ``sample_rate`` (``urgent``: the first
+        piece of an answer, which the listener waits for in silence; see compute.py)."""
         try:
-            return await self._pool.run(self._synthesize, text)
+            return await self._pool.run(self._synthesize, text, urgent=urgent)
         except TTSError:
             raise
         except Exception as exc:

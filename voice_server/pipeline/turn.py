@@ -229,7 +229,7 @@ class Turn:
             first = rec.tts_synth_start is None
             if first:
                 rec.tts_synth_start = time.monotonic()
-            pcm = await self._tts.synthesize(text)
+            pcm = await self._tts.synthesize(text, urgent=first)
             if first:
                 rec.tts_synth_done = time.monotonic()
                 self._first_synthesized.set()

@@ -230,8 +230,9 @@ class VoiceServer:
             responder = PlaybookResponder(
                 self.playbooks.get(playbook_id), self.router,
                 max_history=s.max_history_messages, timeout_s=s.llm_timeout_s,
-                model=s.llm_model, temperature=s.llm_temperature, max_tokens=s.llm_max_tokens,
-                executor=self.pool.executor)
+                model=s.llm_model, temperature=s.llm_temperature, max_tokens=s.llm_max_tokens)
+            # (synchronous tool handlers run on the loop's executor: a slow one must not take
+            # a compute-pool thread that speech recognition or synthesis is waiting for)
             self._playbook_responders[key] = responder
         return responder
 

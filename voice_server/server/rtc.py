@@ -254,6 +254,7 @@ class RtcPeer:
                             vad = StreamingVAD(wanted)
                             self.outbound.resume()
                 if (vad.speaking and self._server.settings.interim_transcripts
+                        and not self._server.pool.busy  # best effort: shed under load
                         and vad.time_s and time.monotonic() - last_interim >= INTERIM_EVERY_S
                         and len(vad.utterance_so_far()) >= INTERIM_AFTER_S * STT_RATE
                         and (self._interim is None or self._interim.done())):
@@ -323,7 +324,7 @@ class RtcPeer:
         await conn.start_utterance(pcm, RtcSpeechOutput(self.outbound, conn.send), record)
 
     async def _interim_transcript(self, pcm: Any) -> None:
-        text = await self._server.stt.transcribe(pcm)
+        text = await self._server.stt.transcribe(pcm, urgent=False)
         if text.strip() and self._conn.rtc is self:
             await self._conn.send(Transcript(text=text, is_final=False))
 

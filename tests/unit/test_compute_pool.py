@@ -1,0 +1,84 @@
+"""The compute pool's admission (voice_server/compute.py): bounded, urgent work first, and a
+cancelled waiter never loses or leaks a slot."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from voice_server.compute import ComputePool
+
+
+async def _blocked(pool: ComputePool) -> tuple[asyncio.Task[None], threading.Event]:
+    """Occupy the pool's only worker until the returned event is set."""
+    gate, started = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        started.set()
+        gate.wait(30)
+
+    task = asyncio.create_task(pool.run(hold))
+    assert await asyncio.to_thread(started.wait, 5)
+    return task, gate
+
+
+async def test_waiting_work_runs_urgent_first_then_in_arrival_order() -> None:
+    async with ComputePool(1) as pool:
+        busy, gate = await _blocked(pool)
+        order: list[str] = []
+        jobs = [asyncio.create_task(pool.run(order.append, name, urgent=name.startswith("u")))
+                for name in ("later-1", "later-2", "urgent-1", "urgent-2")]
+        await asyncio.sleep(0.05)
+        assert order == []  # nobody overtook the running job
+        gate.set()
+        await asyncio.gather(busy, *jobs)
+        assert order == ["urgent-1", "urgent-2", "later-1", "later-2"]
+
+
+async def test_never_more_than_max_workers_at_once() -> None:
+    async with ComputePool(2) as pool:
+        running = 0
+        peak = 0
+        lock = threading.Lock()
+
+        def work() -> None:
+            nonlocal running, peak
+            with lock:
+                running += 1
+                peak = max(peak, running)
+            threading.Event().wait(0.02)
+            with lock:
+                running -= 1
+
+        await asyncio.gather(*(pool.run(work, urgent=i % 2 == 0) for i in range(8)))
+        assert peak == 2
+
+
+@pytest.mark.parametrize("urgent", [False, True])
+async def test_a_cancelled_waiter_gives_its_place_back(urgent: bool) -> None:
+    async with ComputePool(1) as pool:
+        busy, gate = await _blocked(pool)
+        waiter = asyncio.create_task(pool.run(lambda: "never", urgent=urgent))
+        await asyncio.sleep(0.01)
+        waiter.cancel()
+        gate.set()
+        await busy
+        assert await asyncio.wait_for(pool.run(lambda: "next"), 5) == "next"
+        assert pool._free == 1  # nothing leaked, nothing counted twice
+
+
+async def test_a_waiter_cancelled_as_it_is_handed_the_slot_passes_it_on() -> None:
+    async with ComputePool(1) as pool:
+        busy, gate = await _blocked(pool)
+        first = asyncio.create_task(pool.run(lambda: "first"))
+        second = asyncio.create_task(pool.run(lambda: "second"))
+        await asyncio.sleep(0.01)
+        gate.set()
+        await busy  # the slot goes to `first`: cancel it before it can use it
+        first.cancel()
+        assert await asyncio.wait_for(second, 5) == "second"
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        assert pool._free == 1

@@ -175,6 +175,7 @@ def build_systems(args: argparse.Namespace, llm_url: str, model: str, *,
     ours_settings = {"port": 0, "ice_host_addresses": "127.0.0.1", "llm_provider":
                      "openai_compat", "llm_base_url": llm_url, "llm_model": model,
                      "llm_max_tokens": 60, **overrides}
+    wanted = set(filter(None, args.only.split(",")))
     systems = [System("ours", [sys.executable, "bench/_ours_proc.py",
                                json.dumps(ours_settings)], llm_url)]
     if embedded:
@@ -191,7 +192,7 @@ def build_systems(args: argparse.Namespace, llm_url: str, model: str, *,
                                 "--piper-voice", voice.name.removesuffix(".onnx")], llm_url)
         pc.url = f"http://127.0.0.1:{port}"
         systems.append(pc)
-    return systems
+    return [s for s in systems if not wanted or s.name in wanted]
 
 
 async def session(system: System, wavs: list[np.ndarray], turns: int, offset: int
@@ -280,7 +281,8 @@ async def connections_phase(systems: list[System], wavs, count: int) -> dict[str
         out[system.name] = {"connections": len(rss), "failure": failure,
                             "rss_mb_after_first": rss[0] if rss else None,
                             "rss_mb_after_last": rss[-1] if rss else None,
-                            "growth_pct": round((rss[-1] / rss[0] - 1) * 100, 1) if rss else None}
+                            "growth_pct": round((rss[-1] / rss[0] - 1) * 100, 1) if rss else None,
+                            "rss_mb": rss}
         print(f"# {system.name} connections: {out[system.name]}", file=sys.stderr)
     return out
 
@@ -342,6 +344,8 @@ async def main() -> None:
                         "connections phases)")
     parser.add_argument("--chart", help="write the timeline PNG here")
     parser.add_argument("--json", help="also write the full result (per-turn data) here")
+    parser.add_argument("--only", default="", help="comma list of systems to run (ours, "
+                        "ours_embedded, pipecat; default: all that are configured)")
     parser.add_argument("--skip", default="", help="comma list of phases to skip: "
                         "load,connections,scripted")
     args = parser.parse_args()

@@ -62,7 +62,7 @@ def timeline_chart(result: dict[str, Any], path: str) -> None:
     ax.invert_yaxis()
     ax.set_xlabel("ms after the end of the user's speech (first agent audio at the bar's end)")
     ax.set_title("Voice-to-voice per turn, 1 session, same models (2 CPU cores)")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper right", fontsize=8)
     levels = sorted(phase["ours"], key=lambda k: int(k.split("_")[1]))
     xs = range(len(levels))
     names = [n for n in ("ours", "ours_embedded", "pipecat") if n in phase]

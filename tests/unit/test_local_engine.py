@@ -203,3 +203,11 @@ def test_slot_choice_keeps_other_conversations_caches() -> None:
     assert _pick_slot([other, empty], [*system, 30, 31]) is empty  # not `other`
     assert _pick_slot([other, mine], [*system, 30, 31]) is mine  # least recently used
     assert _pick_slot([other], [*system, 20, 21, 22, 23, 99]) is other  # mostly its own
+
+
+def test_a_template_that_renders_nothing_is_a_bad_request(engine, monkeypatch) -> None:
+    monkeypatch.setattr(engine, "_format", lambda messages: ("", (), False))
+    reader = Reader(engine, _ask("Say hello."))
+    reader.wait()
+    assert isinstance(reader.end, LLMBadRequest) and "empty" in str(reader.end)
+    assert not engine.busy

@@ -242,6 +242,9 @@ class LlamaEngine:
     def _admit(self, gen: Generation, slot: _Slot) -> None:
         if gen.finished:  # cancelled meanwhile
             return
+        if not gen.prompt:  # a template that renders nothing
+            self._finish(gen, error=LLMBadRequest("the prompt is empty", provider="local"))
+            return
         if len(gen.prompt) >= self.n_ctx_slot:
             self._finish(gen, error=LLMBadRequest(
                 f"prompt too long for the local model: {len(gen.prompt)} tokens, the context "

@@ -211,6 +211,7 @@ async def session(system: System, wavs: list[np.ndarray], turns: int, offset: in
         connect_ms = round((time.monotonic() - t0) * 1000, 1)
         await asyncio.sleep(0.5)
         for i in range(turns):
+            seen = len(getattr(client, "dc_messages", ()))  # this turn's messages come after
             try:
                 result = await turn(client, wavs[(offset + i) % len(wavs)])
             except TimeoutError:  # the connection died: count it, do not hang the run
@@ -221,7 +222,7 @@ async def session(system: System, wavs: list[np.ndarray], turns: int, offset: in
                   file=sys.stderr, flush=True)
             result["connect_ms"] = connect_ms
             if hasattr(client, "dc_messages"):  # ours: the data channel's stage messages
-                result["dc"] = [(t, m["type"]) for t, m in client.dc_messages
+                result["dc"] = [(t, m["type"]) for t, m in client.dc_messages[seen:]
                                 if m["type"] in ("speech-end", "transcript", "llm-chunk",
                                                  "tts-start")]
             out.append(result)

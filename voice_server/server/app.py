@@ -227,12 +227,12 @@ class VoiceServer:
         responder = self._playbook_responders.get(key)
         if responder is None:
             s = self.settings
+            # No executor given: synchronous tool handlers run on the loop's default one, so a
+            # slow handler never takes a compute-pool thread that STT or TTS is waiting for.
             responder = PlaybookResponder(
                 self.playbooks.get(playbook_id), self.router,
                 max_history=s.max_history_messages, timeout_s=s.llm_timeout_s,
                 model=s.llm_model, temperature=s.llm_temperature, max_tokens=s.llm_max_tokens)
-            # (synchronous tool handlers run on the loop's executor: a slow one must not take
-            # a compute-pool thread that speech recognition or synthesis is waiting for)
             self._playbook_responders[key] = responder
         return responder
 

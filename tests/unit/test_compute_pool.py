@@ -75,9 +75,16 @@ async def test_a_waiter_cancelled_as_it_is_handed_the_slot_passes_it_on() -> Non
         first = asyncio.create_task(pool.run(lambda: "first"))
         second = asyncio.create_task(pool.run(lambda: "second"))
         await asyncio.sleep(0.01)
+        hand_over = pool._give_back
+
+        def hand_over_then_cancel() -> None:  # in the same callback: `first` cannot run yet
+            pool._give_back = hand_over
+            hand_over()  # the slot goes to `first`...
+            first.cancel()  # ...which is cancelled before it can use it
+
+        pool._give_back = hand_over_then_cancel
         gate.set()
-        await busy  # the slot goes to `first`: cancel it before it can use it
-        first.cancel()
+        await busy
         assert await asyncio.wait_for(second, 5) == "second"
         with pytest.raises(asyncio.CancelledError):
             await first

@@ -188,3 +188,31 @@ async def test_interim_transcripts_while_the_user_speaks(url, rtc_server, rtc_ll
             assert {"paris"} <= words(transcripts[-1]["text"])
     finally:
         rtc_server.settings.interim_transcripts = False
+
+
+async def test_no_interim_transcript_while_a_speculative_answer_is_held(
+        url, rtc_server, rtc_llm, make_speech, monkeypatch):
+    """Once the user pauses, the utterance's final transcript is already being made
+    (speculative end of turn): an interim pass then would only take CPU from that answer."""
+    import voice_server.server.rtc as rtc_module
+
+    calls: list[bool] = []  # urgent flag of each transcription, in start order
+    transcribe = rtc_server.stt.transcribe
+
+    async def recorded(pcm, *, urgent=True):
+        calls.append(urgent)
+        return await transcribe(pcm, urgent=urgent)
+
+    monkeypatch.setattr(rtc_server.stt, "transcribe", recorded)
+    monkeypatch.setattr(rtc_module, "INTERIM_AFTER_S", 0.5)
+    monkeypatch.setattr(rtc_module, "INTERIM_EVERY_S", 0.05)  # as often as the pool allows
+    monkeypatch.setattr(rtc_server.settings, "interim_transcripts", True)
+    rtc_llm.add("Sure.")
+    async with RtcClient(url) as client:
+        await client.negotiate()
+        client.say(make_speech("Tell me about the old bridges of Paris.", rate=48000,
+                               pad=(1.0, 1.5)))
+        await client.wait_for("tts-complete", timeout=scaled(90))
+    assert False in calls, "no interim transcript was made: the test proves nothing"
+    last_urgent = len(calls) - 1 - calls[::-1].index(True)
+    assert calls[last_urgent + 1:] == [], calls

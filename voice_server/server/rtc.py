@@ -253,7 +253,8 @@ class RtcPeer:
                         if (wanted := self.vad_settings()) != vad.settings:  # stage changed
                             vad = StreamingVAD(wanted)
                             self.outbound.resume()
-                if (vad.speaking and self._server.settings.interim_transcripts
+                if (vad.speaking and held is None  # a paused user has a transcript coming
+                        and self._server.settings.interim_transcripts
                         and not self._server.pool.busy  # best effort: shed under load
                         and vad.time_s and time.monotonic() - last_interim >= INTERIM_EVERY_S
                         and len(vad.utterance_so_far()) >= INTERIM_AFTER_S * STT_RATE

@@ -249,7 +249,10 @@ async def concurrency_phase(systems: list[System], wavs, levels: list[int], turn
                 recs = [t for t in dump["turns"] if not t["interrupted"]]
                 entry["server"] = {k: stats([t[k] for t in recs]) for k in (
                     "stt_ms", "llm_ttft_ms", "tts_first_audio_ms", "first_audio_ms",
-                    "overhead_ms")}
+                    "overhead_ms", "longest_gap_ms")}
+                # a gap: the answer's next piece was not ready when the previous one ended
+                entry["server"]["turns_with_gap_over_100ms"] = sum(
+                    t["longest_gap_ms"] > 100 for t in recs)
                 entry["server"]["speculative_stt_used"] = sum(t["speculative_stt"]
                                                               for t in recs)
                 lag = dump["loop_lag_ms"]

@@ -36,6 +36,7 @@ class TurnRecord:
     error: str | None = None
     transcript: str = ""
     speculative_stt: bool = False  # STT started before the end of turn was confirmed
+    playback_gaps_ms: list[float] = field(default_factory=list)  # next piece not ready in time
 
     def ms(self, start: float | None, end: float | None) -> float | None:
         return None if start is None or end is None else round((end - start) * 1000, 1)
@@ -50,6 +51,7 @@ class TurnRecord:
             "total_ms": self.ms(origin, self.finished),
             "barge_in_ms": self.ms(self.barge_in_detected, self.audio_stopped),
             "overhead_ms": self.overhead_ms(),
+            "longest_gap_ms": max(self.playback_gaps_ms, default=0.0),
             "interrupted": self.interrupted,
             "error": self.error,
         }

@@ -42,6 +42,7 @@ class SpeechOutput(Protocol):
     """Receives the sentences of one turn in order."""
 
     heard: HeardText
+    gaps_ms: list[float]  # silences between two pieces because the next was not ready yet
 
     async def play(self, text: str, pcm: np.ndarray, sample_rate: int) -> None:
         """Queue one sentence; the first call of a turn announces ``tts-start``."""
@@ -63,6 +64,7 @@ class ChunkMessageOutput:
         self._emit = emit
         self._started = False
         self.heard = HeardText()
+        self.gaps_ms: list[float] = []  # the client paces playback: gaps are its to see
 
     async def play(self, text: str, pcm: np.ndarray, sample_rate: int) -> None:
         if not self._started:

@@ -179,6 +179,7 @@ class Turn:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await speaker
             rec.finished = time.monotonic()
+            rec.playback_gaps_ms = list(self._output.gaps_ms)
             self._commit()
             if self._on_done is not None:
                 self._on_done(self)

@@ -33,6 +33,7 @@ class _Clip:
         self.started = asyncio.Event()
         self.finished = asyncio.Event()
         self.started_at: float | None = None
+        self.finished_at: float | None = None
         self.on_progress = on_progress
 
     @property
@@ -102,6 +103,7 @@ class OutboundAudioTrack(MediaStreamTrack):
                 clip.on_progress(clip)
             if clip.pos >= len(clip.pcm):
                 self._clips.popleft()
+                clip.finished_at = time.monotonic()
                 clip.finished.set()
         if filled:
             self.last_voiced_at = time.monotonic()
@@ -123,6 +125,7 @@ class RtcSpeechOutput:
         self._clips: list[_Clip] = []
         self.heard = HeardText()
         self.first_audio_at: float | None = None
+        self.gaps_ms: list[float] = []
 
     def _progress(self, index: int) -> Callable[[_Clip], None]:
         def update(clip: _Clip) -> None:
@@ -137,6 +140,8 @@ class RtcSpeechOutput:
         pcm48 = await asyncio.to_thread(resample, pcm, sample_rate, RATE)
         index = len(self.heard.sentences)
         self.heard.sentences.append(text)
+        if self._clips and (done := self._clips[-1].finished_at) is not None:
+            self.gaps_ms.append(round((time.monotonic() - done) * 1000, 1))  # an underrun
         clip = self._track.enqueue(pcm48, self._progress(index))
         self._clips.append(clip)
         if index == 0:
@@ -174,6 +179,10 @@ class HeldOutput:
     @property
     def first_audio_at(self) -> float | None:
         return self._inner.first_audio_at
+
+    @property
+    def gaps_ms(self) -> list[float]:
+        return self._inner.gaps_ms
 
     async def emit(self, message: Message) -> None:
         if self._released.is_set():

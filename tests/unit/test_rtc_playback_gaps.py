@@ -1,0 +1,45 @@
+"""Playback gaps (server/rtc_audio.py): the outbound track ran dry between two pieces of an
+answer because the next one was not synthesized yet; each turn records them."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from voice_server.server.rtc_audio import RATE, HeldOutput, OutboundAudioTrack, RtcSpeechOutput
+
+
+async def _pump(track: OutboundAudioTrack, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        await track.recv()  # paced in real time, as aiortc's sender calls it
+
+
+async def _emit(_message) -> None:
+    return None
+
+
+async def test_a_piece_queued_after_the_last_one_ended_is_a_gap() -> None:
+    track = OutboundAudioTrack()
+    output = RtcSpeechOutput(track, _emit)
+    stop = asyncio.Event()
+    pump = asyncio.create_task(_pump(track, stop))
+    piece = np.full(RATE // 25, 1000, dtype=np.int16)  # 40 ms at 48 kHz
+    try:
+        await output.play("one", piece, RATE)
+        await output.play("two", piece, RATE)  # queued while one plays: no gap
+        await output.drain()
+        await asyncio.sleep(0.15)  # the track plays silence: the next piece is late
+        await output.play("three", piece, RATE)
+        await output.drain()
+    finally:
+        stop.set()
+        await pump
+    assert len(output.gaps_ms) == 1
+    assert 150 <= output.gaps_ms[0] < 1000
+
+
+async def test_a_held_answer_reports_its_inner_gaps() -> None:
+    inner = RtcSpeechOutput(OutboundAudioTrack(), _emit)
+    inner.gaps_ms.append(120.0)
+    assert HeldOutput(inner, _emit).gaps_ms == [120.0]

@@ -1,10 +1,12 @@
 """A bounded thread pool for CPU-bound model work (STT, TTS) with admission control.
 
 Work is admitted only when a worker is free, so cancelled requests never pile up in the
-executor's queue, and a slot is released only when its thread really finishes. Waiting work
-marked ``urgent`` (someone is waiting in silence: the transcript of a finished question, the
-first piece of an answer) is admitted before the rest (later sentences of answers already
-playing, interim transcripts): first piece first, as the embedded LLM schedules its tokens.
+executor's queue, and a slot is released only when its thread really finishes. Work marked
+``urgent`` (someone is waiting in silence: the transcript of a finished question, the first
+piece of an answer) is admitted before the rest (later sentences of answers already playing,
+interim transcripts), and the rest never takes the last worker: a long sentence cannot make an
+urgent job wait for a thread. First piece first, as the embedded LLM schedules its tokens; the
+LLM also reads ``urgent_jobs`` and ``running_jobs`` to give way (llm/local_engine.py).
 """
 
 from __future__ import annotations
@@ -20,66 +22,89 @@ __all__ = ["ComputePool"]
 
 T = TypeVar("T")
 
+_URGENT, _LATER = 0, 1
+
 
 class ComputePool:
     def __init__(self, max_workers: int) -> None:
         self.max_workers = max_workers
         self.executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=max_workers, thread_name_prefix="voice-compute")
-        self._free = max_workers
-        # waiters for a slot: urgent first, then the rest, each in arrival order
+        self._running = [0, 0]  # urgent, later
+        # waiters for a worker, per kind, each in arrival order
         self._waiting: tuple[collections.deque[asyncio.Future[None]], ...] = (
             collections.deque(), collections.deque())
 
     @property
     def busy(self) -> bool:
         """Every worker is taken or work is waiting."""
-        return not self._free or any(self._waiting)
+        return sum(self._running) >= self.max_workers or any(self._waiting)
+
+    @property
+    def urgent_jobs(self) -> int:
+        """Urgent jobs running or waiting (read from other threads too: plain int reads)."""
+        return self._running[_URGENT] + len(self._waiting[_URGENT])
+
+    @property
+    def running_jobs(self) -> int:
+        return sum(self._running)
 
     async def run(self, fn: Callable[..., T], *args: Any, urgent: bool = False) -> T:
-        """Run ``fn(*args)`` in a worker thread once a slot is free."""
-        await self._acquire(urgent)
+        """Run ``fn(*args)`` in a worker thread once a worker is free for its kind."""
+        kind = _URGENT if urgent else _LATER
+        await self._acquire(kind)
         loop = asyncio.get_running_loop()
         try:
             future = self.executor.submit(fn, *args)
         except BaseException:
-            self._give_back()
+            self._finished(kind)
             raise
-        future.add_done_callback(lambda _: self._release(loop))
+        future.add_done_callback(lambda _: self._release(loop, kind))
         return await asyncio.wrap_future(future)
 
-    async def _acquire(self, urgent: bool) -> None:
-        if self._free and not any(self._waiting):
-            self._free -= 1
+    def _may_start(self, kind: int) -> bool:
+        if sum(self._running) >= self.max_workers:
+            return False
+        # later work leaves one worker for urgent work (unless there is only one)
+        return kind == _URGENT or self.max_workers == 1 or (
+            self._running[_LATER] < self.max_workers - 1)
+
+    async def _acquire(self, kind: int) -> None:
+        if not any(self._waiting[:kind + 1]) and self._may_start(kind):
+            self._running[kind] += 1
             return
-        queue = self._waiting[0 if urgent else 1]
+        queue = self._waiting[kind]
         waiter = asyncio.get_running_loop().create_future()
         queue.append(waiter)
         try:
             await waiter
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
-                self._give_back()  # the slot was handed over as we were cancelled
+                self._finished(kind)  # the worker was handed over as we were cancelled
             else:
-                queue.remove(waiter)
+                with contextlib.suppress(ValueError):  # already dropped by _admit_waiting
+                    queue.remove(waiter)
             raise
 
-    def _give_back(self) -> None:
-        """A slot is free: hand it to the first waiter, urgent ones first."""
-        for queue in self._waiting:
-            while queue:
+    def _finished(self, kind: int) -> None:
+        self._running[kind] -= 1
+        self._admit_waiting()
+
+    def _admit_waiting(self) -> None:
+        """Hand free workers to waiters: urgent ones first."""
+        for kind, queue in enumerate(self._waiting):
+            while queue and self._may_start(kind):
                 waiter = queue.popleft()
                 if not waiter.done():
+                    self._running[kind] += 1
                     waiter.set_result(None)
-                    return
-        self._free += 1
 
-    def _release(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Give the slot back from the worker thread; a loop already closed (the process is
+    def _release(self, loop: asyncio.AbstractEventLoop, kind: int) -> None:
+        """Give the worker back from its thread; a loop already closed (the process is
         shutting down while a model call finishes) has no one left to give it to."""
         if not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # closed between the check and the call
-                loop.call_soon_threadsafe(self._give_back)
+                loop.call_soon_threadsafe(self._finished, kind)
 
     async def __aenter__(self) -> ComputePool:
         return self

@@ -141,7 +141,8 @@ class Settings(BaseSettings):
     llm_timeout_s: float = Field(30.0, gt=0, description="LLM request timeout")
     llm_max_tokens: int = Field(160, ge=1, description="longest spoken answer in tokens")
     llm_temperature: float = Field(0.3, ge=0, le=2, description="sampling temperature")
-    llm_threads: int = Field(2, ge=1, description="CPU threads for the local model")
+    llm_threads: int = Field(2, ge=1, description="CPU threads for the local model's prompt "
+                             "evaluation while no STT/TTS runs (decoding uses one)")
     llm_slots: int = Field(4, ge=1, le=64, description="answers the local model serves at once, "
                            "each with its own prompt cache (about 47 MB each at 2048 tokens)")
     system_prompt: str = Field(DEFAULT_SYSTEM_PROMPT, description="system prompt of the agent")

@@ -1,5 +1,5 @@
-"""The compute pool's admission (voice_server/compute.py): bounded, urgent work first, and a
-cancelled waiter never loses or leaks a slot."""
+"""The compute pool's admission (voice_server/compute.py): bounded, urgent work first, later
+work never takes the last worker, and a cancelled waiter never loses or leaks a worker."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ async def test_a_cancelled_waiter_gives_its_place_back(urgent: bool) -> None:
         gate.set()
         await busy
         assert await asyncio.wait_for(pool.run(lambda: "next"), 5) == "next"
-        assert pool._free == 1  # nothing leaked, nothing counted twice
+        assert pool._running == [0, 0]  # nothing leaked, nothing counted twice
 
 
 async def test_a_waiter_cancelled_as_it_is_handed_the_slot_passes_it_on() -> None:
@@ -75,17 +75,44 @@ async def test_a_waiter_cancelled_as_it_is_handed_the_slot_passes_it_on() -> Non
         first = asyncio.create_task(pool.run(lambda: "first"))
         second = asyncio.create_task(pool.run(lambda: "second"))
         await asyncio.sleep(0.01)
-        hand_over = pool._give_back
+        hand_over = pool._admit_waiting
 
         def hand_over_then_cancel() -> None:  # in the same callback: `first` cannot run yet
-            pool._give_back = hand_over
-            hand_over()  # the slot goes to `first`...
+            pool._admit_waiting = hand_over
+            hand_over()  # the worker goes to `first`...
             first.cancel()  # ...which is cancelled before it can use it
 
-        pool._give_back = hand_over_then_cancel
+        pool._admit_waiting = hand_over_then_cancel
         gate.set()
         await busy
         assert await asyncio.wait_for(second, 5) == "second"
         with pytest.raises(asyncio.CancelledError):
             await first
-        assert pool._free == 1
+        assert pool._running == [0, 0]
+
+
+async def test_later_work_leaves_a_worker_for_urgent_work() -> None:
+    async with ComputePool(2) as pool:
+        gate = threading.Event()
+        started: list[str] = []
+
+        def hold(name: str) -> None:
+            started.append(name)
+            gate.wait(30)
+
+        later = [asyncio.create_task(pool.run(hold, f"later-{i}")) for i in range(2)]
+        await asyncio.sleep(0.05)
+        assert started == ["later-0"] and pool.running_jobs == 1  # the second one waits
+        urgent = asyncio.create_task(pool.run(hold, "urgent", urgent=True))
+        await asyncio.sleep(0.05)
+        assert started == ["later-0", "urgent"]  # straight in, on the kept worker
+        assert pool.urgent_jobs == 1 and pool.busy
+        gate.set()
+        await asyncio.gather(*later, urgent)
+        assert sorted(started) == ["later-0", "later-1", "urgent"]
+        assert pool.running_jobs == 0 and pool.urgent_jobs == 0
+
+
+async def test_one_worker_still_runs_later_work() -> None:
+    async with ComputePool(1) as pool:
+        assert await asyncio.wait_for(pool.run(lambda: "done"), 5) == "done"

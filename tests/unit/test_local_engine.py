@@ -1,5 +1,6 @@
 """The embedded model's scheduler (voice_server/llm/local_engine.py) on the real bundled model:
-per-slot prompt caching, first piece first across concurrent answers, cancellation, limits."""
+per-slot prompt caching, first piece first across concurrent answers, giving way to urgent
+speech work, cancellation, limits."""
 
 from __future__ import annotations
 
@@ -211,3 +212,35 @@ def test_a_template_that_renders_nothing_is_a_bad_request(engine, monkeypatch) -
     reader.wait()
     assert isinstance(reader.end, LLMBadRequest) and "empty" in str(reader.end)
     assert not engine.busy
+
+
+class BusyPool:
+    """Stands in for the compute pool: what the engine reads of it."""
+
+    urgent_jobs = 0
+    running_jobs = 0
+
+
+def test_later_tokens_give_way_to_urgent_speech_work(llama, monkeypatch) -> None:
+    """While STT or TTS work someone waits for is running, only answers in their first tokens
+    advance; the rest of an answer resumes when that work is done."""
+    from voice_server.llm import local_engine
+
+    monkeypatch.setattr(local_engine, "GIVE_WAY_S", 60.0)  # give way for the whole test
+    pool = BusyPool()
+    engine = local_engine.LlamaEngine(llama, slots=2, n_ctx_slot=1024, n_threads=2,
+                                      others=pool)
+    try:
+        pool.urgent_jobs = pool.running_jobs = 1  # e.g. a final transcript being made
+        long_one = Reader(engine, _ask(LONG), max_tokens=60)
+        while long_one.gen.produced < 12:  # its own first piece is urgent: it comes
+            assert not long_one.finished.wait(0.01)
+        second = Reader(engine, _ask("Say hello."), max_tokens=8)
+        assert second.wait().strip()  # a new answer's first tokens do not wait either
+        assert not long_one.finished.wait(0.3)
+        assert long_one.gen.produced == 12  # the rest waits for the urgent work
+        pool.urgent_jobs = pool.running_jobs = 0
+        long_one.wait()
+        assert long_one.gen.produced == 60
+    finally:
+        engine.close()

@@ -11,14 +11,17 @@ from .types import LLMProvider
 
 if TYPE_CHECKING:
     from ..config import Settings
+    from .local_engine import OtherWork
 
 __all__ = ["build_router"]
 
 
-def build_router(settings: Settings, executor: Executor | None = None) -> LLMRouter:
+def build_router(settings: Settings, executor: Executor | None = None, *,
+                 others: OtherWork | None = None) -> LLMRouter:
     """``llm_provider=local`` (default): the embedded GGUF model; ``openai_compat``: the endpoint
     at ``llm_base_url`` with ``llm_model``. The other kind is added too when it is configured
-    (a base URL, or an explicit GGUF path), so callers can route to it by name."""
+    (a base URL, or an explicit GGUF path), so callers can route to it by name. ``others``: the
+    voice server's compute pool, which the embedded model gives way to (llm/local_engine.py)."""
     providers: dict[str, LLMProvider] = {}
     if settings.llm_provider == "openai_compat" or settings.llm_base_url:
         if not settings.llm_base_url:
@@ -35,5 +38,5 @@ def build_router(settings: Settings, executor: Executor | None = None) -> LLMRou
         providers["local"] = LocalLlamaProvider(model_path=settings.llm_model_path,
                                                 n_threads=settings.llm_threads,
                                                 slots=settings.llm_slots,
-                                                executor=executor)
+                                                executor=executor, others=others)
     return LLMRouter(providers, default=settings.llm_provider)

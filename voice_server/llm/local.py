@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import LLMBadRequest, LLMError, ModelNotFound
-from .local_engine import LlamaEngine, SamplingParams
+from .local_engine import LlamaEngine, OtherWork, SamplingParams
 from .types import ChatRequest, ChatResult, StreamEvent, ToolCall, Usage
 
 __all__ = ["LocalLlamaProvider", "default_gguf_path"]
@@ -57,6 +57,7 @@ class LocalLlamaProvider:
         n_threads: int = 2,
         slots: int = 4,
         executor: Executor | None = None,
+        others: OtherWork | None = None,
     ) -> None:
         self.name = name
         self.model_path = Path(model_path) if model_path else default_gguf_path()
@@ -67,6 +68,7 @@ class LocalLlamaProvider:
         self._n_threads = n_threads
         self._slots = slots
         self._executor = executor
+        self._others = others
         self._llama: Any = None
         self._engine: LlamaEngine | None = None
         self._load_lock = threading.Lock()
@@ -84,7 +86,8 @@ class LocalLlamaProvider:
                 self._llama = Llama(model_path=str(self.model_path), n_ctx=self._n_ctx,
                                     n_threads=self._n_threads, verbose=False)
                 self._engine = LlamaEngine(self._llama, slots=self._slots,
-                                           n_ctx_slot=self._n_ctx, n_threads=self._n_threads)
+                                           n_ctx_slot=self._n_ctx, n_threads=self._n_threads,
+                                           others=self._others)
             return self._engine
 
     async def load(self) -> None:

@@ -54,7 +54,7 @@ class VoiceServer:
                               threads=settings.stt_threads,
                               window_s=settings.stt_window_s)
         self.tts = PiperTTS(self.pool, voice=settings.tts_voice, threads=settings.tts_threads)
-        self.router = build_router(settings)
+        self.router = build_router(settings, others=self.pool)
         self.sessions: SessionStore = self._session_store()
         self.admission = Admission(max_total=settings.max_sessions,
                                    max_per_ip=settings.max_sessions_per_ip)

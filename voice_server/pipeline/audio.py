@@ -131,6 +131,17 @@ def rms(pcm: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.square(pcm.astype(np.float64)))))
 
 
+def trim_leading_silence(pcm: np.ndarray, rate: int, *, keep_ms: int = 10,
+                         threshold: float = 100.0) -> np.ndarray:
+    """Cut the quiet head of synthesized speech to ``keep_ms``: Piper starts a piece with up to
+    60 ms of near silence, which the listener of an answer's first piece waits through."""
+    window = max(1, rate // 100)  # 10 ms
+    start = 0
+    while start + window <= len(pcm) and rms(pcm[start:start + window]) < threshold:
+        start += window
+    return pcm[max(0, start - rate * keep_ms // 1000):]
+
+
 def trim_trailing_silence(pcm: np.ndarray, rate: int, *, keep_ms: int = 30,
                           threshold: float = 100.0) -> np.ndarray:
     """Cut the quiet tail of synthesized speech to ``keep_ms`` (a piece that ends mid-sentence

@@ -29,7 +29,7 @@ from ..protocol import (
     TTSComplete,
     UsageReport,
 )
-from .audio import trim_trailing_silence
+from .audio import trim_leading_silence, trim_trailing_silence
 from .chunker import SentenceChunker
 from .speech import SpeechOutput
 from .tts import PiperTTS, TTSError
@@ -236,6 +236,8 @@ class Turn:
                 self._first_synthesized.set()
             if len(pcm) == 0:
                 continue
+            if first:  # nothing plays before it: its leading silence is pure latency
+                pcm = trim_leading_silence(pcm, self._tts.sample_rate)
             if not text.rstrip().endswith(_PAUSE_MARKS):  # cut mid-sentence (chunker.py)
                 pcm = trim_trailing_silence(pcm, self._tts.sample_rate)
             await self._output.play(text, pcm, self._tts.sample_rate)

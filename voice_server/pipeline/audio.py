@@ -131,14 +131,24 @@ def rms(pcm: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.square(pcm.astype(np.float64)))))
 
 
+def _quiet_run(pcm: np.ndarray, rate: int, threshold: float, *, from_end: bool) -> int:
+    """Samples of whole 10 ms windows below ``threshold`` RMS at the start (or end) of ``pcm``."""
+    window = max(1, rate // 100)
+    quiet = 0
+    while quiet + window <= len(pcm):
+        chunk = pcm[len(pcm) - quiet - window:len(pcm) - quiet] if from_end else \
+            pcm[quiet:quiet + window]
+        if rms(chunk) >= threshold:
+            break
+        quiet += window
+    return quiet
+
+
 def trim_leading_silence(pcm: np.ndarray, rate: int, *, keep_ms: int = 10,
                          threshold: float = 100.0) -> np.ndarray:
     """Cut the quiet head of synthesized speech to ``keep_ms``: Piper starts a piece with up to
     60 ms of near silence, which the listener of an answer's first piece waits through."""
-    window = max(1, rate // 100)  # 10 ms
-    start = 0
-    while start + window <= len(pcm) and rms(pcm[start:start + window]) < threshold:
-        start += window
+    start = _quiet_run(pcm, rate, threshold, from_end=False)
     return pcm[max(0, start - rate * keep_ms // 1000):]
 
 
@@ -146,8 +156,5 @@ def trim_trailing_silence(pcm: np.ndarray, rate: int, *, keep_ms: int = 30,
                           threshold: float = 100.0) -> np.ndarray:
     """Cut the quiet tail of synthesized speech to ``keep_ms`` (a piece that ends mid-sentence
     must flow into the next one without the pause a TTS puts after a sentence)."""
-    window = max(1, rate // 100)  # 10 ms
-    end = len(pcm)
-    while end >= window and rms(pcm[end - window:end]) < threshold:
-        end -= window
+    end = len(pcm) - _quiet_run(pcm, rate, threshold, from_end=True)
     return pcm[:min(len(pcm), end + rate * keep_ms // 1000)]

@@ -38,7 +38,7 @@ class ComputePool:
     @property
     def busy(self) -> bool:
         """Every worker is taken or work is waiting."""
-        return sum(self._running) >= self.max_workers or any(self._waiting)
+        return self.running_jobs >= self.max_workers or any(self._waiting)
 
     @property
     def urgent_jobs(self) -> int:
@@ -63,7 +63,7 @@ class ComputePool:
         return await asyncio.wrap_future(future)
 
     def _may_start(self, kind: int) -> bool:
-        if sum(self._running) >= self.max_workers:
+        if self.running_jobs >= self.max_workers:
             return False
         # later work leaves one worker for urgent work (unless there is only one)
         return kind == _URGENT or self.max_workers == 1 or (

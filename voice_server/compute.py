@@ -6,7 +6,12 @@ executor's queue, and a slot is released only when its thread really finishes. W
 piece of an answer) is admitted before the rest (later sentences of answers already playing,
 interim transcripts), and the rest never takes the last worker: a long sentence cannot make an
 urgent job wait for a thread. First piece first, as the embedded LLM schedules its tokens; the
-LLM also reads ``urgent_jobs`` and ``running_jobs`` to give way (llm/local_engine.py).
+LLM also reads ``urgent_jobs`` and ``running_jobs`` to give way (llm/local_engine.py), from its
+worker process, through ``SharedLoad``.
+
+Speech to text and text to speech run in worker processes (workers/); the pool admits them
+(``slot``), so the same budget holds across processes. ``run`` runs small in-process work
+(decoding a WAV) on the pool's own threads.
 """
 
 from __future__ import annotations
@@ -15,19 +20,64 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
-from collections.abc import Callable
+import mmap
+import os
+import tempfile
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
-__all__ = ["ComputePool"]
+__all__ = ["ComputePool", "SharedLoad"]
 
 T = TypeVar("T")
 
 _URGENT, _LATER = 0, 1
 
 
+class SharedLoad:
+    """The pool's urgent and running job counts in shared memory: the pool writes them, the
+    LLM worker process reads them (``llm.local_engine.OtherWork``). A 16-byte file mapped by
+    both (in /dev/shm where there is one); it pickles as its path, and the pool's
+    ``close`` removes it."""
+
+    def __init__(self, path: str | None = None) -> None:
+        self._owner = path is None
+        if path is None:
+            shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+            fd, path = tempfile.mkstemp(prefix="voice-server-load-", dir=shm)
+            os.ftruncate(fd, 16)
+        else:
+            fd = os.open(path, os.O_RDWR)
+        self.path = path
+        try:
+            self._map = mmap.mmap(fd, 16)
+        finally:
+            os.close(fd)
+        self._counts = memoryview(self._map).cast("q")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (SharedLoad, (self.path,))
+
+    def publish(self, urgent: int, running: int) -> None:
+        self._counts[0], self._counts[1] = urgent, running
+
+    def close(self) -> None:
+        if self._owner:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+
+    @property
+    def urgent_jobs(self) -> int:
+        return int(self._counts[0])
+
+    @property
+    def running_jobs(self) -> int:
+        return int(self._counts[1])
+
+
 class ComputePool:
     def __init__(self, max_workers: int) -> None:
         self.max_workers = max_workers
+        self.shared = SharedLoad()
         self.executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=max_workers, thread_name_prefix="voice-compute")
         self._running = [0, 0]  # urgent, later
@@ -48,6 +98,16 @@ class ComputePool:
     @property
     def running_jobs(self) -> int:
         return sum(self._running)
+
+    @contextlib.asynccontextmanager
+    async def slot(self, *, urgent: bool = False) -> AsyncIterator[None]:
+        """Hold one of the pool's workers for work done elsewhere (a worker process)."""
+        kind = _URGENT if urgent else _LATER
+        await self._acquire(kind)
+        try:
+            yield
+        finally:
+            self._finished(kind)
 
     async def run(self, fn: Callable[..., T], *args: Any, urgent: bool = False) -> T:
         """Run ``fn(*args)`` in a worker thread once a worker is free for its kind."""
@@ -72,10 +132,12 @@ class ComputePool:
     async def _acquire(self, kind: int) -> None:
         if not any(self._waiting[:kind + 1]) and self._may_start(kind):
             self._running[kind] += 1
+            self._publish()
             return
         queue = self._waiting[kind]
         waiter = asyncio.get_running_loop().create_future()
         queue.append(waiter)
+        self._publish()
         try:
             await waiter
         except asyncio.CancelledError:
@@ -84,11 +146,16 @@ class ComputePool:
             else:
                 with contextlib.suppress(ValueError):  # already dropped by _admit_waiting
                     queue.remove(waiter)
+                self._publish()
             raise
 
     def _finished(self, kind: int) -> None:
         self._running[kind] -= 1
         self._admit_waiting()
+        self._publish()
+
+    def _publish(self) -> None:
+        self.shared.publish(self.urgent_jobs, self.running_jobs)
 
     def _admit_waiting(self) -> None:
         """Hand free workers to waiters: urgent ones first."""
@@ -114,3 +181,4 @@ class ComputePool:
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.shared.close()

@@ -93,12 +93,20 @@ class Metrics:
                               registry=r)
         self.connections = Counter("voice_connections_total", "WebSocket connections accepted",
                                    registry=r)
+        self.worker_restarts = Counter(
+            "voice_worker_restarts_total", "model worker processes that died and were started "
+            "again, by stage (llm, stt, tts)", ["stage"], registry=r)
+        for stage in ("llm", "stt", "tts"):
+            self.worker_restarts.labels(stage)
         self.tasks = Gauge("voice_asyncio_tasks", "asyncio tasks alive in the server's event "
                            "loop (a number that keeps growing is a leak)", registry=r)
 
     def watch_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """Count ``loop``'s tasks at each scrape (/metrics is served on that loop)."""
         self.tasks.set_function(lambda: len(asyncio.all_tasks(loop)))
+
+    def worker_restarted(self, stage: str) -> None:
+        self.worker_restarts.labels(stage).inc()
 
     def record_turn(self, rec: TurnRecord) -> None:
         origin = rec.speech_end or rec.started

@@ -15,6 +15,7 @@ from voice_server.config import load_settings
 from voice_server.llm.factory import build_router
 from voice_server.pipeline.stt import STTError
 from voice_server.pipeline.turn import ChatResponder
+from voice_server.workers import WorkerCallFailed
 
 pytestmark = pytest.mark.slow
 
@@ -84,10 +85,10 @@ async def test_stt_and_tts_failures(pair, scale_llm, connect, make_speech, monke
         monkeypatch.undo()
         await next_turn_works(client, scale_llm, wav)
 
-        def broken_tts(text):
-            raise RuntimeError("onnx runtime exploded")
+        async def broken_tts(method, *args):  # Piper raised in the TTS worker process
+            raise WorkerCallFailed("RuntimeError", "onnx runtime exploded")
 
-        monkeypatch.setattr(b.tts, "_synthesize", broken_tts)
+        monkeypatch.setattr(b.tts.worker, "call", broken_tts)
         scale_llm.add("This will not be spoken.")
         err = (await errors_of(client, wav))[-1]
         assert err["code"] == "TTS_ERROR" and "Traceback" not in err["message"]

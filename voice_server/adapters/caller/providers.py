@@ -54,7 +54,7 @@ def build_runtimes(entries: dict[str, ProviderEntry] | None, settings: Settings,
             if entry.modelPath:
                 settings = settings.model_copy(update={"llm_provider": "local",
                                                        "llm_model_path": entry.modelPath})
-            runtime.chat = build_router(settings, executor).default_provider
+            runtime.chat = build_router(settings).default_provider
         except (LLMError, ConfigError) as exc:
             log.warning("provider %s: no chat model: %s", key, exc)
             runtime.problem = "Chat model unavailable"

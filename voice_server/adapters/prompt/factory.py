@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from concurrent.futures import Executor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,11 +38,10 @@ class LLMFactory:
     """``provider(config, api_key, model)`` -> a ready provider. ``builders`` adds or replaces
     kinds (tests and benchmarks plug an in-process model in this way)."""
 
-    def __init__(self, settings: Settings | None = None, *, executor: Executor | None = None,
+    def __init__(self, settings: Settings | None = None, *,
                  builders: dict[str, Builder] | None = None,
                  timeout_s: float | None = None) -> None:
         self._settings = settings
-        self._executor = executor
         self._timeout_s = timeout_s if timeout_s is not None else (
             settings.llm_timeout_s if settings is not None else 60.0)
         self._builders: dict[str, Builder] = {
@@ -89,7 +87,7 @@ class LLMFactory:
         local = settings.model_copy(update={
             "llm_provider": "local", "llm_base_url": None,
             "llm_model_path": path or settings.llm_model_path})
-        return build_router(local, self._executor).providers["local"]
+        return build_router(local).providers["local"]
 
     async def aclose(self) -> None:
         cache, self._cache = self._cache, {}

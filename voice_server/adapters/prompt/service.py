@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import Executor
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -97,14 +96,13 @@ class PromptService:
 @asynccontextmanager
 async def open_service(*, db: str | None = None, data_dir: str | Path | None = None,
                        secrets_file: str | Path | None = None, settings: Settings | None = None,
-                       builders: dict[str, Builder] | None = None,
-                       executor: Executor | None = None) -> AsyncIterator[PromptService]:
+                       builders: dict[str, Builder] | None = None) -> AsyncIterator[PromptService]:
     """Open the store, the default vault and the factory; close them all on exit. The secrets
     file defaults to ``secrets.env`` in the data directory (used only if it exists)."""
     if secrets_file is None:
         secrets_file = Path(data_dir or default_data_dir()) / DEFAULT_SECRETS_FILE
     async with open_store(db, data_dir=data_dir) as store:
-        factory = LLMFactory(settings, executor=executor, builders=builders)
+        factory = LLMFactory(settings, builders=builders)
         try:
             yield PromptService(store, EnvFileVault(secrets_file), factory)
         finally:

@@ -1,0 +1,405 @@
+"""Supervised worker processes: the server's side of child.py.
+
+``SupervisedWorker`` starts one worker process for a stage (``llm``, ``stt``, ``tts``), waits
+until its service has loaded the model and passed its self-test, and multiplexes calls and
+streams over one pipe. When the process dies (a segfault or an illegal instruction in native
+code, the OOM killer, a stray ``kill -9``), every request in flight fails at once with
+``WorkerCrashed`` (the caller turns it into its stage's error code: one turn is lost, never
+the server), and the process is started again with exponential backoff. Requests that arrive
+while it restarts wait for it, up to ``wait_ready_s``.
+
+The model is loaded once per worker, so every session shares it, as before. A reader thread
+per worker takes messages off the pipe (a socket pair) and hands them to the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from .child import ServiceSpec
+
+__all__ = [
+    "RestartPolicy",
+    "SupervisedWorker",
+    "WorkerCallFailed",
+    "WorkerCrashed",
+    "WorkerError",
+    "WorkerStartFailed",
+    "WorkerStream",
+    "WorkerUnavailable",
+]
+
+log = logging.getLogger(__name__)
+
+
+class WorkerError(Exception):
+    """Root of the worker errors."""
+
+
+class WorkerStartFailed(WorkerError):
+    """The worker could not load its model or failed its self-test."""
+
+
+class WorkerCrashed(WorkerError):
+    """The worker process died while the request was in flight."""
+
+
+class WorkerUnavailable(WorkerError):
+    """The worker is closed, or did not come back within the wait."""
+
+
+class WorkerCallFailed(WorkerError):
+    """The service raised: ``kind`` is its exception's class name."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """Delay before restart number ``n`` (0-based) of a worker that keeps failing:
+    ``first_delay_s * 2**n`` up to ``max_delay_s``; a worker that stayed up ``stable_after_s``
+    starts from the first delay again."""
+
+    first_delay_s: float = 0.1
+    max_delay_s: float = 30.0
+    stable_after_s: float = 60.0
+
+    def delay(self, failures: int) -> float:
+        return min(self.max_delay_s, self.first_delay_s * 2 ** min(failures, 30))
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "died"
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+    return f"exited with status {code}"
+
+
+class WorkerStream:
+    """Items of one stream, in order; ``get`` raises the worker's error or its crash."""
+
+    def __init__(self, worker: SupervisedWorker, rid: int) -> None:
+        self.rid = rid
+        self._worker = worker
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+
+    def put(self, item: Any) -> None:
+        self._queue.put_nowait(item)
+
+    async def get(self) -> Any:
+        item = await self._queue.get()
+        if isinstance(item, BaseException):
+            self.close()
+            raise item
+        return item
+
+    def close(self) -> None:
+        self._worker._streams.pop(self.rid, None)
+
+
+class SupervisedWorker:
+    """One worker process serving ``spec`` for ``stage``; ``async with`` starts and stops it."""
+
+    def __init__(self, stage: str, spec: ServiceSpec, *, threads: int = 1,
+                 start_timeout_s: float = 300.0, wait_ready_s: float = 30.0,
+                 policy: RestartPolicy | None = None,
+                 on_restart: Callable[[str], None] | None = None) -> None:
+        self.stage = stage
+        self.spec = spec
+        self.threads = threads
+        self.start_timeout_s = start_timeout_s
+        self.wait_ready_s = wait_ready_s
+        self.policy = policy or RestartPolicy()
+        self.on_restart = on_restart
+        self.state = "stopped"  # starting | ready | restarting | closed
+        self.info: dict[str, Any] = {}
+        self.restarts = 0
+        self.last_exit: str | None = None
+        self._proc: Any = None
+        self._conn: Connection | None = None
+        self._gen = 0
+        self._first: asyncio.Future[tuple[str, Any]] | None = None
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._streams: dict[int, WorkerStream] = {}
+        self._ids = itertools.count(1)
+        self._ready = asyncio.Event()
+        self._restarter: asyncio.Task[None] | None = None
+        self._failures = 0
+        self._up_since = 0.0
+        self._lock = asyncio.Lock()
+
+    # ---- lifecycle ------------------------------------------------------------------------
+    async def __aenter__(self) -> SupervisedWorker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def in_flight(self) -> int:
+        """Calls and streams waiting for the worker."""
+        return len(self._pending) + len(self._streams)
+
+    async def start(self) -> None:
+        """Start the worker (if it is not running) and wait until its service is ready."""
+        async with self._lock:
+            if self.state == "stopped":
+                try:
+                    await self._launch()
+                except WorkerStartFailed:
+                    self.state = "stopped"
+                    raise
+
+    async def _launch(self) -> None:
+        self.state = "starting"
+        loop = asyncio.get_running_loop()
+        proc, conn = await asyncio.to_thread(_spawn, self.stage, self.spec, self.threads)
+        self._gen += 1
+        self._proc, self._conn = proc, conn
+        self._first = loop.create_future()
+        threading.Thread(target=self._read, args=(loop, conn, self._gen), daemon=True,
+                         name=f"worker-{self.stage}-reader").start()
+        started = time.monotonic()
+        try:
+            kind, payload = await asyncio.wait_for(self._first, self.start_timeout_s)
+        except TimeoutError:
+            await self._stop_process(timeout_s=0)
+            raise WorkerStartFailed(f"the {self.stage} worker was not ready within "
+                                    f"{self.start_timeout_s:.0f} s") from None
+        if kind != "ready":
+            await self._stop_process(timeout_s=1)
+            raise WorkerStartFailed(f"the {self.stage} worker failed to start: {payload}")
+        self.info = payload
+        self.state = "ready"
+        self._up_since = time.monotonic()
+        self._ready.set()
+        log.info("%s worker ready (pid %d) in %.2f s", self.stage, proc.pid,
+                 self._up_since - started)
+
+    async def aclose(self) -> None:
+        """Stop the worker; requests still in flight fail with ``WorkerUnavailable``."""
+        self.state = "closed"
+        if self._restarter is not None:
+            self._restarter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._restarter
+        self._fail_all(WorkerUnavailable(f"the {self.stage} worker is closed"))
+        if self._conn is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._conn.send(("exit",))
+        await self._stop_process(timeout_s=5)
+
+    async def _stop_process(self, *, timeout_s: float) -> None:
+        proc, conn = self._proc, self._conn
+        if proc is None:
+            return
+        self._gen += 1  # whatever the old process still says is not for us
+        if timeout_s:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                await asyncio.to_thread(proc.wait, timeout_s)
+        if proc.poll() is None:
+            proc.kill()
+            await asyncio.to_thread(proc.wait)
+        if conn is not None:
+            conn.close()
+        self._conn = None
+
+    # ---- the pipe -----------------------------------------------------------------------------
+    def _read(self, loop: asyncio.AbstractEventLoop, conn: Connection, gen: int) -> None:
+        """The reader thread: messages to the loop until the pipe ends (the process died)."""
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                break
+            except Exception:  # an answer that does not unpickle: the request fails alone
+                log.exception("%s worker sent an unreadable message", self.stage)
+                continue
+            if not _call_soon(loop, self._on_message, gen, message):
+                return
+        _call_soon(loop, self._on_exit, gen)
+
+    def _send(self, message: tuple[Any, ...]) -> None:
+        if self._conn is None:
+            raise WorkerCrashed(f"the {self.stage} worker is not running")
+        try:
+            self._conn.send(message)
+        except (OSError, ValueError) as exc:
+            raise WorkerCrashed(f"the {self.stage} worker is gone") from exc
+
+    def _on_message(self, gen: int, message: tuple[Any, ...]) -> None:
+        if gen != self._gen:
+            return
+        kind = message[0]
+        if kind in ("ready", "failed"):
+            if self._first is not None and not self._first.done():
+                self._first.set_result((kind, message[1]))
+            return
+        rid = message[1]
+        if kind == "item":
+            if (stream := self._streams.get(rid)) is not None:
+                stream.put(message[2])
+            return
+        outcome = WorkerCallFailed(message[2], message[3]) if kind == "error" else None
+        if (stream := self._streams.get(rid)) is not None and outcome is not None:
+            stream.put(outcome)
+        elif (future := self._pending.get(rid)) is not None and not future.done():
+            if outcome is None:
+                future.set_result(message[2])
+            else:
+                future.set_exception(outcome)
+
+    def _on_exit(self, gen: int) -> None:
+        if gen != self._gen:
+            return
+        self._gen += 1
+        asyncio.get_running_loop().create_task(self._died(self._proc),
+                                               name=f"{self.stage}-worker-died")
+
+    async def _died(self, proc: subprocess.Popen[bytes]) -> None:
+        """The pipe ended: the process is gone or going. Its exit status names the cause."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            await asyncio.to_thread(proc.wait, 2)
+        how = describe_exit(proc.poll())
+        if self._first is not None and not self._first.done():  # died while starting
+            self._first.set_result(("failed", f"the process {how}"))
+            return
+        if self.state != "ready":
+            return
+        self.state = "restarting"
+        self._ready.clear()
+        self.restarts += 1
+        self.last_exit = how
+        log.error("the %s worker died (%s); %d request(s) in flight failed; restarting",
+                  self.stage, how, self.in_flight)
+        self._fail_all(WorkerCrashed(f"the {self.stage} worker died ({how})"))
+        if self.on_restart is not None:
+            self.on_restart(self.stage)
+        self._restarter = asyncio.get_running_loop().create_task(
+            self._restart(died=time.monotonic()), name=f"restart-{self.stage}-worker")
+
+    def _fail_all(self, exc: WorkerError) -> None:
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(exc)
+        for stream in list(self._streams.values()):
+            stream.put(exc)
+
+    async def _restart(self, *, died: float) -> None:
+        await self._stop_process(timeout_s=5)
+        while self.state != "closed":
+            if died - self._up_since > self.policy.stable_after_s:
+                self._failures = 0
+            await asyncio.sleep(self.policy.delay(self._failures))
+            self._failures += 1
+            try:
+                await self._launch()
+            except WorkerStartFailed as exc:
+                self.state = "restarting"
+                self.last_exit = str(exc)
+                log.error("%s; trying again", exc)
+                continue
+            log.warning("the %s worker is back %.2f s after it died", self.stage,
+                        time.monotonic() - died)
+            return
+
+    # ---- requests -----------------------------------------------------------------------------
+    async def _until_ready(self) -> None:
+        if self.state == "ready":
+            return
+        if self.state == "stopped":  # not started yet: the first request starts it
+            await self.start()
+            return
+        if self.state == "closed":
+            raise WorkerUnavailable(f"the {self.stage} worker is closed")
+        try:
+            await asyncio.wait_for(self._ready.wait(), self.wait_ready_s)
+        except TimeoutError:
+            raise WorkerUnavailable(f"the {self.stage} worker is restarting; it was not back "
+                                    f"within {self.wait_ready_s:.0f} s") from None
+
+    async def call(self, method: str, *args: Any) -> Any:
+        """``service.method(*args)`` in the worker; raises ``WorkerCallFailed`` with the
+        service's error, ``WorkerCrashed`` if the worker dies meanwhile."""
+        await self._until_ready()
+        rid = next(self._ids)
+        future = asyncio.get_running_loop().create_future()
+        self._pending[rid] = future
+        try:
+            self._send(("call", rid, method, args))
+            return await future
+        finally:
+            self._pending.pop(rid, None)
+
+    async def open_stream(self, method: str, *args: Any) -> WorkerStream:
+        """Start ``service.method(emit, rid, *args)``; close the stream when done with it."""
+        await self._until_ready()
+        stream = WorkerStream(self, next(self._ids))
+        self._streams[stream.rid] = stream
+        try:
+            self._send(("stream", stream.rid, method, args))
+        except BaseException:
+            stream.close()
+            raise
+        return stream
+
+    def tell(self, method: str, *args: Any) -> None:
+        """``service.method(*args)`` without an answer; lost if the worker is not running."""
+        if self.state == "ready":
+            with contextlib.suppress(WorkerCrashed):
+                self._send(("tell", method, args))
+
+    def health(self) -> dict[str, Any]:
+        return {"status": "ok" if self.state == "ready" else self.state, "pid": self.pid,
+                "restarts": self.restarts, "last_exit": self.last_exit}
+
+
+def _spawn(stage: str, spec: ServiceSpec, threads: int) -> tuple[subprocess.Popen[bytes],
+                                                                  Connection]:
+    """Start ``python -m voice_server.workers`` with one end of a socket pair, and send
+    it what to serve. A fresh interpreter, not a fork of a threaded server, and not
+    ``multiprocessing``'s spawn, which runs the server's main module again in the child."""
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "voice_server.workers", stage, str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL)
+        conn = Connection(os.dup(ours.fileno()))
+    try:
+        conn.send((spec, threads, logging.getLogger().getEffectiveLevel()))
+    except OSError:
+        pass  # it died at once: the reader thread sees the end of the pipe
+    return proc, conn
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> bool:
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:  # the loop is closed: the server is gone
+        return False
+    return True
+

@@ -25,6 +25,7 @@ _COMMAND_MODULES: list[str] = [
     "voice_server.adapters.prompt.cli",
     "voice_server.playbook.cli",
     "voice_server.adapters.host.cli",
+    "voice_server.doctor",
 ]
 
 
@@ -63,6 +64,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from .llm import LLMError
+    from .pipeline.stt import STTError
+    from .pipeline.tts import TTSError
     from .server.app import run_forever
 
     settings = settings_from_args(args)
@@ -74,6 +78,10 @@ def _serve(args: argparse.Namespace) -> int:
         asyncio.run(run_forever(settings))
     except KeyboardInterrupt:
         pass
+    except (LLMError, STTError, TTSError) as exc:  # a model did not load or failed its self-test
+        print(f"voice-server: {exc}\nvoice-server: run `voice-server doctor` to check the "
+              "install", file=sys.stderr)
+        return 1
     return 0
 
 

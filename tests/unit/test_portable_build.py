@@ -1,0 +1,87 @@
+"""CI guard for issue 17: the installed llama.cpp is the portable build (never GGML_NATIVE /
+-march=native, which crashed on CPUs with AVX-512 and AMX), and ``voice-server doctor`` checks
+an install end to end and names what fails."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from voice_server.doctor import (
+    build_record,
+    changed_libraries,
+    compiled_features,
+    llama_build_problems,
+)
+
+llama_cpp = pytest.importorskip("llama_cpp")
+VOICE_SERVER = str(Path(sys.executable).with_name("voice-server"))
+
+# what the portable build may use, by architecture (scripts/install-llama-cpp.sh); anything
+# from AVX-512, AVX-VNNI or AMX, or arm64 extensions beyond armv8, means a CPU-specific build
+BASELINE = {"x86_64": {"SSE3", "SSSE3", "AVX", "AVX2", "F16C", "FMA", "BMI2"},
+            "aarch64": {"NEON", "ARM_FMA"}}
+ISA = {"SSE3", "SSSE3", "AVX", "AVX2", "F16C", "FMA", "BMI2", "AVX_VNNI", "AVX512",
+       "AVX512_VBMI", "AVX512_VNNI", "AVX512_BF16", "AMX_INT8", "NEON", "ARM_FMA", "FP16_VA",
+       "DOTPROD", "MATMUL_INT8", "SVE", "SME", "SVE_CNT"}
+
+
+def test_the_installed_llama_cpp_uses_only_the_portable_baseline() -> None:
+    """llama.cpp's own list of compiled CPU features stays within the baseline: a native
+    build on a machine with AVX-512 or AMX fails here."""
+    info = llama_cpp.llama_print_system_info().decode()
+    used = compiled_features(info) & ISA
+    assert used, info
+    assert used <= BASELINE[platform.machine()], f"CPU-specific llama.cpp build: {info}"
+
+
+def test_the_installed_llama_cpp_is_the_one_the_portable_script_built() -> None:
+    """The build record says GGML_NATIVE=OFF and the libraries on disk are the ones built
+    then: a native build from anywhere else (pip's cache, a plain pip install) fails here, on
+    any CPU, even where its feature list looks portable."""
+    record = build_record()
+    assert record is not None, "llama-cpp-python was not installed by scripts/install-llama-cpp.sh"
+    assert "-DGGML_NATIVE=OFF" in record["cmake_args"] and record["kind"].startswith("portable")
+    assert record["libraries"] and changed_libraries(record) == []
+
+
+def test_a_build_this_cpu_cannot_run_is_named() -> None:
+    """The doctor compares the build's instruction sets with the CPU's flags."""
+    info = "CPU : SSE3 = 1 | AVX = 1 | AVX2 = 1 | AVX512 = 1 | AMX_INT8 = 1 | OPENMP = 1 |"
+    assert llama_build_problems(info, {"pni", "avx", "avx2"}, "x86_64") == ["AMX_INT8", "AVX512"]
+    assert llama_build_problems(info, {"pni", "avx", "avx2", "avx512f", "amx_int8"},
+                                "x86_64") == []
+
+
+@pytest.mark.slow
+def test_doctor_passes_on_this_install() -> None:
+    out = subprocess.run([VOICE_SERVER, "doctor", "--json"], capture_output=True, text=True,
+                         timeout=300)
+    checks = {c["name"]: c for c in json.loads(out.stdout)}
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert {"cpu", "llama.cpp", "llama.cpp build", "tts pass", "stt pass",
+            "llm pass"} <= set(checks)
+    assert all(c["ok"] for c in checks.values())
+    assert "capital of france" in checks["stt pass"]["detail"].lower()
+    assert "tokens/s" in checks["llm pass"]["detail"]
+
+
+@pytest.mark.slow
+def test_doctor_names_a_broken_model_and_the_fix(tmp_path: Path) -> None:
+    """A voice file that is not a model: exit 1, the failing check named, a fix given, no
+    traceback."""
+    voice = tmp_path / "broken.onnx"
+    voice.write_bytes(b"not a model")
+    (tmp_path / "broken.onnx.json").write_text("{}")
+    out = subprocess.run([VOICE_SERVER, "doctor", "--tts-voice", str(voice)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1
+    line = next(x for x in out.stdout.splitlines() if "tts pass" in x)
+    assert line.startswith("FAIL") and "the tts worker failed to start" in line
+    assert "fix: check --tts-voice" in out.stdout
+    assert "FAILED: tts pass" in out.stderr and "Traceback" not in out.stdout + out.stderr

@@ -11,7 +11,7 @@ PIP := $(PY) -m pip
 # `make serve NATIVE=1` builds for this CPU only (a little faster here, crashes elsewhere).
 NATIVE ?= 0
 STAMP := $(VENV)/.installed-native$(NATIVE)
-APT_TEST_PACKAGES := espeak-ng sox libsox-fmt-all iproute2 util-linux postgresql chromium nodejs redis-server
+APT_TEST_PACKAGES := espeak-ng sox libsox-fmt-all iproute2 util-linux postgresql chromium nodejs redis-server strace
 # Node packages of the Hyperswarm bridge of the host sidecar (tests skip it without npm)
 HYPERSWARM_BRIDGE := voice_server/adapters/host/hyperswarm
 # the reference llmrtc browser client + esbuild, for the compatibility test in tests/web

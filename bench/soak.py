@@ -110,8 +110,10 @@ class ServerProcess:
 
         assert self.proc is not None
         p = psutil.Process(self.proc.pid)
-        return {"rss_mb": round(p.memory_info().rss / 2**20, 1), "fds": p.num_fds(),
-                "threads": p.num_threads()}
+        tree = [p, *p.children(recursive=True)]  # the server and its model workers
+        return {"rss_mb": round(sum(q.memory_info().rss for q in tree) / 2**20, 1),
+                "fds": sum(q.num_fds() for q in tree),
+                "threads": sum(q.num_threads() for q in tree)}
 
     async def __aexit__(self, *exc: object) -> None:
         if self.proc is not None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import platform
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -48,6 +50,19 @@ def test_the_installed_llama_cpp_is_the_one_the_portable_script_built() -> None:
     assert record is not None, "llama-cpp-python was not installed by scripts/install-llama-cpp.sh"
     assert "-DGGML_NATIVE=OFF" in record["cmake_args"] and record["kind"].startswith("portable")
     assert record["libraries"] and changed_libraries(record) == []
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64" or shutil.which("objdump") is None,
+                    reason="x86-64 instructions, read with binutils' objdump")
+def test_the_cpu_kernels_hold_no_avx512_or_amx_instruction() -> None:
+    """The machine code itself: no AVX-512 (zmm registers) and no AMX (tile) instruction in
+    llama.cpp's CPU kernels, whatever CPU built them; AVX2 (ymm) is there."""
+    lib = Path(llama_cpp.__file__).parent / "lib" / "libggml-cpu.so"
+    code = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(lib)], capture_output=True,
+                          text=True, check=True, timeout=120).stdout
+    assert "ymm" in code
+    found = re.findall(r"\t(\S+)\s.*(?:%zmm|%tmm)|\t(tdpb\w+|tileload\w*|ldtilecfg)", code)
+    assert found == [], found[:5]
 
 
 def test_a_build_this_cpu_cannot_run_is_named() -> None:

@@ -18,6 +18,7 @@ from tests.rtc.peer import RtcClient
 from voice_server.config import load_settings
 from voice_server.pipeline.audio import rms
 from voice_server.server.app import VoiceServer
+from voice_server.workers import WorkerState
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +55,7 @@ async def test_killing_every_worker_mid_turn_costs_one_turn(server, make_speech)
         assert (await server.health())["status"] == "degraded"
 
         async with asyncio.timeout(scaled(60)):  # every worker is back
-            while any(w.state != "ready" for w in workers(server)):  # noqa: ASYNC110
+            while any(w.state is not WorkerState.READY for w in workers(server)):  # noqa: ASYNC110
                 await asyncio.sleep(0.02)
         recovered_s = time.monotonic() - killed
         assert {w.pid for w in workers(server)}.isdisjoint(pids)

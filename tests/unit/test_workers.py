@@ -18,6 +18,7 @@ from voice_server.workers import (
     WorkerCallFailed,
     WorkerCrashed,
     WorkerStartFailed,
+    WorkerState,
     WorkerUnavailable,
 )
 
@@ -109,7 +110,7 @@ async def test_a_service_that_cannot_start_says_why() -> None:
     worker = _worker(fail_at_start="no model file at /nowhere")
     with pytest.raises(WorkerStartFailed, match="RuntimeError: no model file at /nowhere"):
         await worker.start()
-    assert worker.state == "stopped" and worker.pid is not None
+    assert worker.state is WorkerState.STOPPED and worker.pid is not None
     assert not _alive(worker.pid)  # no process left behind
     await worker.aclose()
 
@@ -138,7 +139,7 @@ async def test_restarts_back_off_and_a_call_waits_only_so_long() -> None:
                               wait_ready_s=0.3)
     async with worker:
         os.kill(worker.pid, signal.SIGKILL)
-        await _until(lambda: worker.state == "restarting")
+        await _until(lambda: worker.state is WorkerState.RESTARTING)
         started = time.monotonic()
         with pytest.raises(WorkerUnavailable, match="restarting"):
             await worker.call("echo", 1)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..compute import ComputePool
-from ..workers import ServiceSpec, SupervisedWorker, WorkerCallFailed, WorkerError
+from ..workers import ServiceSpec, SupervisedWorker, WorkerCallFailed, WorkerError, WorkerState
 
 __all__ = ["STTError", "WhisperSTT", "WhisperService", "cut_loop", "default_whisper_dir"]
 
@@ -148,7 +148,7 @@ class WhisperSTT:
 
     @property
     def loaded(self) -> bool:
-        return self.worker.state == "ready"
+        return self.worker.state is WorkerState.READY
 
     def health(self) -> dict[str, Any]:
         return {**self.worker.health(), "model": self.model_ref}

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..compute import ComputePool
-from ..workers import ServiceSpec, SupervisedWorker, WorkerCallFailed, WorkerError
+from ..workers import ServiceSpec, SupervisedWorker, WorkerCallFailed, WorkerError, WorkerState
 
 __all__ = ["PiperService", "PiperTTS", "TTSError", "default_piper_voice", "quiet_onnxruntime"]
 
@@ -117,7 +117,7 @@ class PiperTTS:
 
     @property
     def loaded(self) -> bool:
-        return self.worker.state == "ready"
+        return self.worker.state is WorkerState.READY
 
     @property
     def sample_rate(self) -> int:

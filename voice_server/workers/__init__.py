@@ -10,6 +10,7 @@ from .supervisor import (
     WorkerCrashed,
     WorkerError,
     WorkerStartFailed,
+    WorkerState,
     WorkerStream,
     WorkerUnavailable,
 )
@@ -22,6 +23,7 @@ __all__ = [
     "WorkerCrashed",
     "WorkerError",
     "WorkerStartFailed",
+    "WorkerState",
     "WorkerStream",
     "WorkerUnavailable",
 ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import itertools
 import logging
 import os
@@ -39,6 +40,7 @@ __all__ = [
     "WorkerCrashed",
     "WorkerError",
     "WorkerStartFailed",
+    "WorkerState",
     "WorkerStream",
     "WorkerUnavailable",
 ]
@@ -68,6 +70,14 @@ class WorkerCallFailed(WorkerError):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
+
+
+class WorkerState(enum.Enum):
+    STOPPED = "stopped"  # not started yet (the first request starts it), or its start failed
+    STARTING = "starting"
+    READY = "ready"
+    RESTARTING = "restarting"  # it died; a new one is on its way
+    CLOSED = "closed"
 
 
 @dataclass(frozen=True)
@@ -112,7 +122,7 @@ class WorkerStream:
         return item
 
     def close(self) -> None:
-        self._worker._streams.pop(self.rid, None)
+        self._worker.forget(self.rid)
 
 
 class SupervisedWorker:
@@ -129,7 +139,7 @@ class SupervisedWorker:
         self.wait_ready_s = wait_ready_s
         self.policy = policy or RestartPolicy()
         self.on_restart = on_restart
-        self.state = "stopped"  # starting | ready | restarting | closed
+        self.state = WorkerState.STOPPED
         self.info: dict[str, Any] = {}
         self.restarts = 0
         self.last_exit: str | None = None
@@ -166,17 +176,19 @@ class SupervisedWorker:
     async def start(self) -> None:
         """Start the worker (if it is not running) and wait until its service is ready."""
         async with self._lock:
-            if self.state == "stopped":
+            if self.state == WorkerState.STOPPED:
                 try:
                     await self._launch()
                 except WorkerStartFailed:
-                    self.state = "stopped"
+                    self.state = WorkerState.STOPPED
                     raise
 
     async def _launch(self) -> None:
-        self.state = "starting"
+        self.state = WorkerState.STARTING
         loop = asyncio.get_running_loop()
-        proc, conn = await asyncio.to_thread(_spawn, self.stage, self.spec, self.threads)
+        # on the loop's thread: the worker's parent-death signal fires when the thread that
+        # started it ends, and an executor thread may end long before the server does
+        proc, conn = _spawn(self.stage, self.spec, self.threads)
         self._gen += 1
         self._proc, self._conn = proc, conn
         self._first = loop.create_future()
@@ -193,7 +205,7 @@ class SupervisedWorker:
             await self._stop_process(timeout_s=1)
             raise WorkerStartFailed(f"the {self.stage} worker failed to start: {payload}")
         self.info = payload
-        self.state = "ready"
+        self.state = WorkerState.READY
         self._up_since = time.monotonic()
         self._ready.set()
         log.info("%s worker ready (pid %d) in %.2f s", self.stage, proc.pid,
@@ -201,7 +213,7 @@ class SupervisedWorker:
 
     async def aclose(self) -> None:
         """Stop the worker; requests still in flight fail with ``WorkerUnavailable``."""
-        self.state = "closed"
+        self.state = WorkerState.CLOSED
         if self._restarter is not None:
             self._restarter.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -287,9 +299,9 @@ class SupervisedWorker:
         if self._first is not None and not self._first.done():  # died while starting
             self._first.set_result(("failed", f"the process {how}"))
             return
-        if self.state != "ready":
+        if self.state != WorkerState.READY:
             return
-        self.state = "restarting"
+        self.state = WorkerState.RESTARTING
         self._ready.clear()
         self.restarts += 1
         self.last_exit = how
@@ -310,7 +322,7 @@ class SupervisedWorker:
 
     async def _restart(self, *, died: float) -> None:
         await self._stop_process(timeout_s=5)
-        while self.state != "closed":
+        while self.state != WorkerState.CLOSED:
             if died - self._up_since > self.policy.stable_after_s:
                 self._failures = 0
             await asyncio.sleep(self.policy.delay(self._failures))
@@ -318,7 +330,7 @@ class SupervisedWorker:
             try:
                 await self._launch()
             except WorkerStartFailed as exc:
-                self.state = "restarting"
+                self.state = WorkerState.RESTARTING
                 self.last_exit = str(exc)
                 log.error("%s; trying again", exc)
                 continue
@@ -328,12 +340,12 @@ class SupervisedWorker:
 
     # ---- requests -----------------------------------------------------------------------------
     async def _until_ready(self) -> None:
-        if self.state == "ready":
+        if self.state == WorkerState.READY:
             return
-        if self.state == "stopped":  # not started yet: the first request starts it
+        if self.state == WorkerState.STOPPED:  # not started yet: the first request starts it
             await self.start()
             return
-        if self.state == "closed":
+        if self.state == WorkerState.CLOSED:
             raise WorkerUnavailable(f"the {self.stage} worker is closed")
         try:
             await asyncio.wait_for(self._ready.wait(), self.wait_ready_s)
@@ -366,14 +378,19 @@ class SupervisedWorker:
             raise
         return stream
 
+    def forget(self, rid: int) -> None:
+        """Stream ``rid`` is closed: later items for it are dropped."""
+        self._streams.pop(rid, None)
+
     def tell(self, method: str, *args: Any) -> None:
         """``service.method(*args)`` without an answer; lost if the worker is not running."""
-        if self.state == "ready":
+        if self.state == WorkerState.READY:
             with contextlib.suppress(WorkerCrashed):
                 self._send(("tell", method, args))
 
     def health(self) -> dict[str, Any]:
-        return {"status": "ok" if self.state == "ready" else self.state, "pid": self.pid,
+        status = "ok" if self.state is WorkerState.READY else self.state.value
+        return {"status": status, "pid": self.pid,
                 "restarts": self.restarts, "last_exit": self.last_exit}
 
 

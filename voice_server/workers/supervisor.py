@@ -8,8 +8,8 @@ code, the OOM killer, a stray ``kill -9``), every request in flight fails at onc
 the server), and the process is started again with exponential backoff. Requests that arrive
 while it restarts wait for it, up to ``wait_ready_s``.
 
-The model is loaded once per worker, so every session shares it, as before. A reader thread
-per worker takes messages off the pipe (a socket pair) and hands them to the event loop.
+The model is loaded once per worker, so every session shares it, as before. The event loop
+reads each worker's pipe (a socket pair) itself.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -192,8 +191,7 @@ class SupervisedWorker:
         self._gen += 1
         self._proc, self._conn = proc, conn
         self._first = loop.create_future()
-        threading.Thread(target=self._read, args=(loop, conn, self._gen), daemon=True,
-                         name=f"worker-{self.stage}-reader").start()
+        loop.add_reader(conn.fileno(), self._readable, conn, self._gen)
         started = time.monotonic()
         try:
             kind, payload = await asyncio.wait_for(self._first, self.start_timeout_s)
@@ -236,23 +234,27 @@ class SupervisedWorker:
             proc.kill()
             await asyncio.to_thread(proc.wait)
         if conn is not None:
+            _unwatch(conn)
             conn.close()
         self._conn = None
 
     # ---- the pipe -----------------------------------------------------------------------------
-    def _read(self, loop: asyncio.AbstractEventLoop, conn: Connection, gen: int) -> None:
-        """The reader thread: messages to the loop until the pipe ends (the process died)."""
-        while True:
-            try:
-                message = conn.recv()
-            except (EOFError, OSError):
-                break
-            except Exception:  # an answer that does not unpickle: the request fails alone
-                log.exception("%s worker sent an unreadable message", self.stage)
-                continue
-            if not _call_soon(loop, self._on_message, gen, message):
-                return
-        _call_soon(loop, self._on_exit, gen)
+    def _readable(self, conn: Connection, gen: int) -> None:
+        """Read what the worker sent, on the loop (no thread hop per message: a token of an
+        answer reaches its reader sooner); the end of the pipe means the process died."""
+        try:
+            while gen == self._gen and conn.poll():
+                try:
+                    message = conn.recv()
+                except (EOFError, OSError):
+                    raise
+                except Exception:  # an answer that does not unpickle: the request fails alone
+                    log.exception("%s worker sent an unreadable message", self.stage)
+                    continue
+                self._on_message(gen, message)
+        except (EOFError, OSError):
+            _unwatch(conn)
+            self._on_exit(gen)
 
     def _send(self, message: tuple[Any, ...]) -> None:
         if self._conn is None:
@@ -409,14 +411,10 @@ def _spawn(stage: str, spec: ServiceSpec, threads: int) -> tuple[subprocess.Pope
     try:
         conn.send((spec, threads, logging.getLogger().getEffectiveLevel()))
     except OSError:
-        pass  # it died at once: the reader thread sees the end of the pipe
+        pass  # it died at once: the loop sees the end of the pipe
     return proc, conn
 
 
-def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> bool:
-    try:
-        loop.call_soon_threadsafe(fn, *args)
-    except RuntimeError:  # the loop is closed: the server is gone
-        return False
-    return True
-
+def _unwatch(conn: Connection) -> None:
+    with contextlib.suppress(OSError, ValueError, RuntimeError):
+        asyncio.get_running_loop().remove_reader(conn.fileno())

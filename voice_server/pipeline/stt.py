@@ -16,7 +16,6 @@ audio's length and a loop back to the start is cut. ``window_s=0`` keeps faster-
 from __future__ import annotations
 
 import importlib.resources
-import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,11 +23,10 @@ from typing import Any
 import numpy as np
 
 from ..compute import ComputePool
-from ..workers import ServiceSpec, SupervisedWorker, WorkerCallFailed, WorkerError, WorkerState
+from ..workers import ServiceSpec
+from .pooled import PooledWorker
 
 __all__ = ["STTError", "WhisperSTT", "WhisperService", "cut_loop", "default_whisper_dir"]
-
-log = logging.getLogger(__name__)
 
 
 _RATE = 16_000
@@ -131,39 +129,25 @@ class WhisperSTT:
     def __init__(self, pool: ComputePool, *, model: str | None = None, compute_type: str = "int8",
                  beam_size: int = 1, language: str | None = "en", threads: int = 2,
                  window_s: float = 8.0, on_restart: Callable[[str], None] | None = None) -> None:
-        self._pool = pool
         self.model_ref = model or str(default_whisper_dir())
         spec = ServiceSpec(f"{__name__}:WhisperService", {
             "model": self.model_ref, "compute_type": compute_type, "beam_size": beam_size,
             "language": language, "threads": threads, "window_s": window_s})
-        self.worker = SupervisedWorker("stt", spec, threads=pool.max_workers,
-                                       on_restart=on_restart)
+        self._models = PooledWorker("stt", spec, pool, error=STTError, what="speech to text",
+                                    on_restart=on_restart)
+        self.worker = self._models.worker
 
     async def load(self) -> None:
         """Start the worker: it loads the model and runs one short pass before it is ready."""
-        try:
-            await self.worker.start()
-        except WorkerError as exc:
-            raise STTError(str(exc)) from exc
-
-    @property
-    def loaded(self) -> bool:
-        return self.worker.state is WorkerState.READY
+        await self._models.start()
 
     def health(self) -> dict[str, Any]:
         return {**self.worker.health(), "model": self.model_ref}
 
     async def aclose(self) -> None:
-        await self.worker.aclose()
+        await self._models.aclose()
 
     async def transcribe(self, pcm: np.ndarray, *, urgent: bool = True) -> str:
         """Transcribe 16 kHz mono int16 audio (``urgent``: someone waits for it, see
         compute.py; interim transcripts are not)."""
-        try:
-            async with self._pool.slot(urgent=urgent):
-                return await self.worker.call("transcribe", pcm)
-        except WorkerCallFailed as exc:
-            log.error("STT failed: %s: %s", exc.kind, exc)
-            raise STTError(f"speech to text failed: {exc.kind}") from exc
-        except WorkerError as exc:
-            raise STTError(f"speech to text failed: {exc}") from exc
+        return await self._models.call("transcribe", pcm, urgent=urgent)

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import ctypes
-import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -15,11 +14,10 @@ from typing import Any
 import numpy as np
 
 from ..compute import ComputePool
-from ..workers import ServiceSpec, SupervisedWorker, WorkerCallFailed, WorkerError, WorkerState
+from ..workers import ServiceSpec
+from .pooled import PooledWorker
 
 __all__ = ["PiperService", "PiperTTS", "TTSError", "default_piper_voice", "quiet_onnxruntime"]
-
-log = logging.getLogger(__name__)
 
 
 class TTSError(Exception):
@@ -101,23 +99,16 @@ class PiperTTS:
 
     def __init__(self, pool: ComputePool, *, voice: str | None = None, threads: int = 1,
                  on_restart: Callable[[str], None] | None = None) -> None:
-        self._pool = pool
         self.voice_path = Path(voice) if voice else default_piper_voice()
         spec = ServiceSpec(f"{__name__}:PiperService",
                            {"voice": str(self.voice_path), "threads": threads})
-        self.worker = SupervisedWorker("tts", spec, threads=pool.max_workers,
-                                       on_restart=on_restart)
+        self._models = PooledWorker("tts", spec, pool, error=TTSError, what="text to speech",
+                                    on_restart=on_restart)
+        self.worker = self._models.worker
 
     async def load(self) -> None:
         """Start the worker: it loads the voice and speaks one word before it is ready."""
-        try:
-            await self.worker.start()
-        except WorkerError as exc:
-            raise TTSError(str(exc)) from exc
-
-    @property
-    def loaded(self) -> bool:
-        return self.worker.state is WorkerState.READY
+        await self._models.start()
 
     @property
     def sample_rate(self) -> int:
@@ -128,20 +119,13 @@ class PiperTTS:
         return {**self.worker.health(), "voice": str(self.voice_path)}
 
     async def aclose(self) -> None:
-        await self.worker.aclose()
+        await self._models.aclose()
 
     async def synthesize(self, text: str, *, urgent: bool = False) -> np.ndarray:
         """Synthesize ``text`` to mono int16 PCM at ``sample_rate`` (``urgent``: the first
         piece of an answer, which the listener waits for in silence; see compute.py). Other
         pieces give their memory back when they are done."""
-        try:
-            async with self._pool.slot(urgent=urgent):
-                return await self.worker.call("synthesize", text, not urgent)
-        except WorkerCallFailed as exc:
-            log.error("TTS failed: %s: %s", exc.kind, exc)
-            raise TTSError(f"text to speech failed: {exc.kind}") from exc
-        except WorkerError as exc:
-            raise TTSError(f"text to speech failed: {exc}") from exc
+        return await self._models.call("synthesize", text, not urgent, urgent=urgent)
 
 
 class _ShrinkingSession:

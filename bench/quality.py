@@ -1,0 +1,263 @@
+"""Benchmark: does the agent hear right and answer right? (issue 18)
+
+Spoken questions with accepted answers, and name memory across two turns, sent over the real
+WebSocket path (`audio` messages) to a server with the real models. Each question is spoken by
+our Piper voice (natural) and/or espeak-ng (robotic). A turn is judged:
+- heard: the transcript holds the question's key words;
+- answered: the answer holds an accepted answer (whole words), and is not empty, is English
+  and does not loop;
+and timed from the audio sent to `tts-complete` (the whole turn, the answer spoken).
+
+Prints JSON per profile: accuracy, heard, memory, turn time (p50, mean), and every miss.
+A profile is a name and Settings overrides; the default profile is the server's defaults.
+
+    python bench/quality.py [--voices piper,espeak] [--limit N] \
+        [--profile tiny='{"llm_model_path": "..."}' ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import websockets
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# (question, words the transcript must hold, accepted answers)
+QUESTIONS: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
+    ("What is the capital of France?", ("capital", "france"), ("paris",)),
+    ("What color is the sky on a clear day?", ("color", "sky"), ("blue",)),
+    ("What animal says moo?", ("animal", "moo"), ("cow", "cows", "cattle")),
+    ("How many legs does a spider have?", ("legs", "spider"), ("eight", "8")),
+    ("What is two plus three?", ("two", "three"), ("five", "5")),
+    ("Which planet do we live on?", ("planet", "live"), ("earth",)),
+    ("What is the largest planet in our solar system?", ("largest", "planet"), ("jupiter",)),
+    ("At what temperature does water boil in Celsius?", ("water", "boil"),
+     ("100", "hundred")),
+    ("How many days are in a week?", ("days", "week"), ("seven", "7")),
+    ("What is the opposite of hot?", ("opposite", "hot"), ("cold",)),
+    ("What do bees make?", ("bees",), ("honey",)),
+    ("What is frozen water called?", ("frozen", "water"), ("ice",)),
+    ("What color is a banana?", ("color", "banana"), ("yellow",)),
+    ("How many hours are in a day?", ("hours", "day"), ("24", "twenty-four", "twenty four")),
+    ("What is the capital of Japan?", ("capital", "japan"), ("tokyo",)),
+    ("What is the capital of Italy?", ("capital", "italy"), ("rome",)),
+    ("What is the capital of Germany?", ("capital", "germany"), ("berlin",)),
+    ("What is the capital of Spain?", ("capital", "spain"), ("madrid",)),
+    ("What is the capital of the United Kingdom?", ("capital", "kingdom"), ("london",)),
+    ("What star is at the center of our solar system?", ("star", "solar"), ("sun",)),
+    ("What gas do plants take in from the air?", ("plants", "air"),
+     ("carbon dioxide", "co2")),
+    ("What is the tallest animal in the world?", ("tallest", "animal"), ("giraffe",)),
+    ("What is the largest ocean on Earth?", ("largest", "ocean"), ("pacific",)),
+    ("How many months are in a year?", ("months", "year"), ("twelve", "12")),
+    ("What is ten minus four?", ("ten", "four"), ("six", "6")),
+    ("What is three times three?", ("three", "times"), ("nine", "9")),
+    ("What color do you get when you mix blue and yellow?", ("blue", "yellow"), ("green",)),
+    ("What animal is known as the king of the jungle?", ("king", "jungle"), ("lion",)),
+    ("What do cows drink?", ("cows", "drink"), ("water",)),
+    ("What is the first letter of the English alphabet?", ("first", "letter"), ("a",)),
+    ("Which season comes after winter?", ("season", "winter"), ("spring",)),
+    ("What is the freezing point of water in Celsius?", ("freezing", "water"),
+     ("zero", "0")),
+    ("How many wheels does a bicycle have?", ("wheels", "bicycle"), ("two", "2")),
+    ("What do you call a baby cat?", ("baby", "cat"), ("kitten",)),
+    ("What do you call a baby dog?", ("baby", "dog"), ("puppy",)),
+    ("What is the main language spoken in Brazil?", ("language", "brazil"),
+     ("portuguese",)),
+    ("Who wrote Romeo and Juliet?", ("romeo", "juliet"), ("shakespeare",)),
+    ("What is the chemical symbol for water?", ("symbol", "water"), ("h2o", "h 2 o")),
+    ("What is the closest star to Earth?", ("closest", "star"), ("sun",)),
+    ("How many sides does a triangle have?", ("sides", "triangle"), ("three", "3")),
+    ("How many sides does a square have?", ("sides", "square"), ("four", "4")),
+    ("What fruit keeps the doctor away?", ("fruit", "doctor"), ("apple", "apples")),
+    ("What is the color of grass?", ("color", "grass"), ("green",)),
+    ("What animal has a long trunk?", ("animal", "trunk"), ("elephant", "elephants")),
+    ("On which continent is Egypt?", ("continent", "egypt"), ("africa",)),
+    ("What is the largest country in the world by area?", ("largest", "country"),
+     ("russia",)),
+    ("How many minutes are in an hour?", ("minutes", "hour"), ("sixty", "60")),
+    ("What do caterpillars turn into?", ("caterpillars",), ("butterfly", "butterflies",
+                                                            "moth", "moths")),
+    ("What is the opposite of up?", ("opposite", "up"), ("down",)),
+    ("What is the capital of Canada?", ("capital", "canada"), ("ottawa",)),
+]
+# (first turn, second turn, accepted answers to the second)
+MEMORY: list[tuple[str, str, tuple[str, ...]]] = [
+    ("My name is Alice.", "What is my name?", ("alice",)),
+    ("My name is Peter.", "What is my name?", ("peter",)),
+    ("My favorite color is green.", "What is my favorite color?", ("green",)),
+]
+
+
+def words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def holds(text: str, accepted: tuple[str, ...]) -> bool:
+    """``text`` contains one accepted answer as whole words."""
+    low = " " + " ".join(re.findall(r"[a-z0-9]+", text.lower())) + " "
+    return any(f" {' '.join(re.findall(r'[a-z0-9]+', a.lower()))} " in low for a in accepted)
+
+
+def loops(text: str) -> bool:
+    """A 4-word run said three times or more."""
+    w = re.findall(r"[a-z']+", text.lower())
+    grams = [" ".join(w[i:i + 4]) for i in range(len(w) - 3)]
+    return any(grams.count(g) >= 3 for g in set(grams))
+
+
+def english(text: str) -> bool:
+    letters = [c for c in text if c.isalpha()]
+    return bool(letters) and sum(c.isascii() for c in letters) / len(letters) > 0.97 and not \
+        re.search(r"\b(le|la|les|une|est|der|die|und|el|los|que)\b", text.lower())
+
+
+def judge(answer: str, accepted: tuple[str, ...]) -> str | None:
+    """None if the answer is right, else why not."""
+    if not answer.strip():
+        return "empty"
+    if loops(answer):
+        return "loops"
+    if not english(answer):
+        return "not English"
+    return None if holds(answer, accepted) else "wrong"
+
+
+# ---- speech ----------------------------------------------------------------------------------
+def piper_wavs(texts: list[str]) -> dict[str, bytes]:
+    from voice_server.pipeline.audio import resample, wav_bytes
+    from voice_server.pipeline.tts import PiperService, default_piper_voice
+
+    piper = PiperService(voice=str(default_piper_voice()))
+    out = {}
+    for text in texts:
+        pcm = resample(piper.synthesize(text, False), piper.sample_rate, 16000)
+        out[text] = wav_bytes(_pad(pcm), 16000)
+    return out
+
+
+def _pad(pcm):
+    import numpy as np
+
+    gap = np.zeros(8000, dtype=np.int16)  # 0.5 s before and after, as a microphone gives
+    return np.concatenate([gap, pcm, gap])
+
+
+def espeak_wavs(texts: list[str]) -> dict[str, bytes]:
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, text in enumerate(texts):
+            raw, wav = Path(tmp, f"{i}.raw.wav"), Path(tmp, f"{i}.wav")
+            subprocess.run(["espeak-ng", "-v", "en-us", "-s", "150", "-w", str(raw), text],
+                           check=True, capture_output=True)
+            subprocess.run(["sox", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(wav),
+                            "pad", "0.5", "0.5"], check=True, capture_output=True)
+            out[text] = wav.read_bytes()
+    return out
+
+
+# ---- one turn over the WebSocket ---------------------------------------------------------------
+async def ask(ws: Any, wav: bytes) -> dict[str, Any]:
+    started = time.monotonic()
+    await ws.send(json.dumps({"type": "audio", "data": base64.b64encode(wav).decode()}))
+    turn: dict[str, Any] = {"transcript": "", "answer": "", "error": None}
+    async with asyncio.timeout(120):
+        while True:
+            msg = json.loads(await ws.recv())
+            kind = msg["type"]
+            if kind == "transcript" and msg.get("isFinal"):
+                turn["transcript"] = msg["text"]
+                if not msg["text"].strip():  # heard nothing: the server answers nothing
+                    break
+            elif kind == "llm":
+                turn["answer"] = msg["text"]
+            elif kind == "error":
+                turn["error"] = msg["code"]
+                break
+            elif kind == "tts-complete":
+                break
+    turn["seconds"] = round(time.monotonic() - started, 2)
+    return turn
+
+
+async def run_profile(name: str, overrides: dict[str, Any], speech: dict[str, dict[str, bytes]],
+                      limit: int) -> dict[str, Any]:
+    from voice_server.config import load_settings
+    from voice_server.server.app import VoiceServer
+
+    settings = load_settings(port=0, **overrides)
+    results: list[dict[str, Any]] = []
+    memory: list[dict[str, Any]] = []
+    async with VoiceServer(settings) as server:
+        url = f"ws://127.0.0.1:{server.port}/ws"
+        for voice, wavs in speech.items():
+            for question, heard_words, accepted in QUESTIONS[:limit]:
+                async with websockets.connect(url, max_size=None) as ws:  # a fresh session
+                    await ws.recv()
+                    turn = await ask(ws, wavs[question])
+                heard = set(heard_words) <= words(turn["transcript"])
+                results.append({"voice": voice, "question": question, **turn, "heard": heard,
+                                "miss": turn["error"] or judge(turn["answer"], accepted)})
+            for first, second, accepted in MEMORY[:max(1, limit // 10)]:
+                async with websockets.connect(url, max_size=None) as ws:
+                    await ws.recv()
+                    await ask(ws, wavs[first])
+                    turn = await ask(ws, wavs[second])
+                memory.append({"voice": voice, "case": f"{first} / {second}", **turn,
+                               "miss": turn["error"] or judge(turn["answer"], accepted)})
+    times = [r["seconds"] for r in results]
+    return {
+        "profile": name, "settings": overrides, "questions": len(results),
+        "accuracy": round(sum(r["miss"] is None for r in results) / len(results), 3),
+        "heard": round(sum(r["heard"] for r in results) / len(results), 3),
+        "by_voice": {v: round(sum(r["miss"] is None for r in results if r["voice"] == v)
+                              / max(1, sum(r["voice"] == v for r in results)), 3)
+                     for v in speech},
+        "memory": f"{sum(m['miss'] is None for m in memory)}/{len(memory)}",
+        "turn_s": {"p50": round(statistics.median(times), 2),
+                   "mean": round(statistics.mean(times), 2), "max": max(times)},
+        "misses": [{k: r[k] for k in ("voice", "question", "transcript", "answer", "miss")}
+                   for r in results if r["miss"]]
+        + [{k: m[k] for k in ("voice", "case", "transcript", "answer", "miss")}
+           for m in memory if m["miss"]],
+    }
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    profiles = [p.split("=", 1) for p in args.profile] or [["default", "{}"]]
+    texts = [q for q, _, _ in QUESTIONS[:args.limit]] + [t for m in MEMORY for t in m[:2]]
+    makers = {"piper": piper_wavs, "espeak": espeak_wavs}
+    speech = {v: makers[v](texts) for v in args.voices.split(",")}
+    return {"bench": "quality", "profiles": [
+        await run_profile(name, json.loads(overrides), speech, args.limit)
+        for name, overrides in profiles]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--voices", default="piper", help="comma list: piper, espeak")
+    ap.add_argument("--limit", type=int, default=len(QUESTIONS), help="first N questions")
+    ap.add_argument("--profile", action="append", default=[],
+                    help="NAME=JSON Settings overrides (repeatable; default: the defaults)")
+    ap.add_argument("--json", help="also write the result here")
+    args = ap.parse_args()
+    text = json.dumps(asyncio.run(run(args)), indent=1)
+    if args.json:
+        Path(args.json).write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

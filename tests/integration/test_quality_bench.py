@@ -1,0 +1,29 @@
+"""The quality benchmark runs in CI on a small subset (issue 18): real Piper speech, the real
+server and models; every turn is judged and timed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_small_subset_is_judged_and_timed(tmp_path: Path) -> None:
+    out = tmp_path / "quality.json"
+    subprocess.run([sys.executable, str(ROOT / "bench" / "quality.py"), "--limit", "3",
+                    "--json", str(out)], check=True, capture_output=True, timeout=600)
+    (profile,) = json.loads(out.read_text())["profiles"]
+    assert profile["profile"] == "default" and profile["questions"] == 3
+    right = 3 - sum("question" in m for m in profile["misses"])
+    assert profile["accuracy"] == round(right / 3, 3)
+    assert profile["memory"].endswith("/1")
+    # every turn finished (no server error); a miss is a judged answer, not a failure
+    assert {m["miss"] for m in profile["misses"]} <= {"wrong", "empty", "loops", "not English"}
+    assert 0 < profile["turn_s"]["p50"] < 30

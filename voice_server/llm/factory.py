@@ -37,6 +37,7 @@ def build_router(settings: Settings, *, others: OtherWork | None = None,
         from .local import LocalLlamaProvider
 
         providers["local"] = LocalLlamaProvider(model_path=settings.llm_model_path,
+                                                profile=settings.llm_profile,
                                                 n_threads=settings.llm_threads,
                                                 slots=settings.llm_slots,
                                                 others=others, on_restart=on_worker_restart)

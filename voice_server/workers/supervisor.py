@@ -227,6 +227,8 @@ class SupervisedWorker:
         if proc is None:
             return
         self._gen += 1  # whatever the old process still says is not for us
+        if conn is not None:
+            _unwatch(conn)  # no wake-ups for an ended pipe while we wait
         if timeout_s:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 await asyncio.to_thread(proc.wait, timeout_s)
@@ -234,7 +236,6 @@ class SupervisedWorker:
             proc.kill()
             await asyncio.to_thread(proc.wait)
         if conn is not None:
-            _unwatch(conn)
             conn.close()
         self._conn = None
 
@@ -242,6 +243,9 @@ class SupervisedWorker:
     def _readable(self, conn: Connection, gen: int) -> None:
         """Read what the worker sent, on the loop (no thread hop per message: a token of an
         answer reaches its reader sooner); the end of the pipe means the process died."""
+        if gen != self._gen:  # an old process's pipe
+            _unwatch(conn)
+            return
         try:
             while gen == self._gen and conn.poll():
                 try:

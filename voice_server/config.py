@@ -15,6 +15,8 @@ import yaml
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, NoDecode, SettingsConfigDict
 
+from .pipeline.answer_guard import DEFAULT_FALLBACK
+
 __all__ = ["ConfigError", "Settings", "load_settings", "read_config_file"]
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -153,6 +155,10 @@ class Settings(BaseSettings):
     llm_slots: int = Field(4, ge=1, le=64, description="answers the local model serves at once, "
                            "each with its own prompt cache (about 47 MB each at 2048 tokens)")
     system_prompt: str = Field(DEFAULT_SYSTEM_PROMPT, description="system prompt of the agent")
+    answer_max_chars: int = Field(600, ge=40, description="a spoken answer ends at the first "
+                                  "sentence end after this many characters")
+    empty_answer_text: str = Field(DEFAULT_FALLBACK, min_length=1, description="said instead "
+                                   "of an answer with no words in it")
     max_history_messages: int = Field(40, ge=2, description="history messages sent to the LLM")
 
     # playbooks

@@ -29,6 +29,7 @@ from ..protocol import (
     TTSComplete,
     UsageReport,
 )
+from .answer_guard import AnswerGuard
 from .audio import trim_leading_silence, trim_trailing_silence
 from .chunker import SentenceChunker
 from .speech import SpeechOutput
@@ -109,7 +110,8 @@ class Turn:
     def __init__(self, *, ctx: TurnContext, responder: Responder, tts: PiperTTS,
                  output: SpeechOutput, record: TurnRecord,
                  on_done: Callable[[Turn], None] | None = None,
-                 chunker: Callable[[], SentenceChunker] = SentenceChunker) -> None:
+                 chunker: Callable[[], SentenceChunker] = SentenceChunker,
+                 guard: Callable[[], AnswerGuard] = AnswerGuard) -> None:
         self.ctx = ctx
         self.record = record
         self._responder = responder
@@ -121,6 +123,7 @@ class Turn:
         self._text: list[str] = []
         self._first_synthesized = asyncio.Event()
         self._new_chunker = chunker
+        self._new_guard = guard
         self.committed: list[dict[str, Any]] = []
 
     def start(self) -> asyncio.Task[None]:
@@ -187,11 +190,11 @@ class Turn:
     async def _stream_answer(self, sentences: asyncio.Queue[str | None]) -> None:
         rec = self.record
         chunker = self._new_chunker()
+        guard = self._new_guard()
         held: str | None = None  # one delta held back so the last llm-chunk carries done=true
-        rec.llm_requested = time.monotonic()
-        async for delta in self._responder.respond(self.ctx):
-            if rec.llm_first_token is None:
-                rec.llm_first_token = time.monotonic()
+
+        async def take(delta: str) -> None:
+            nonlocal held
             self._text.append(delta)
             if held is not None:
                 await self._emit(LLMChunk(content=held, done=False))
@@ -200,14 +203,34 @@ class Turn:
                 if rec.first_chunk is None:
                     rec.first_chunk = time.monotonic()
                 sentences.put_nowait(piece)
-            if rec.first_chunk is not None and not self._first_synthesized.is_set():
-                # Let Piper have the CPU for the first piece: the rest of the answer is not
-                # needed before the first piece has played, and on 2 cores the LLM would
-                # otherwise slow that synthesis down (a local model pauses: its token hand-off
-                # is bounded).
-                await self._first_synthesized.wait()
+
+        rec.llm_requested = time.monotonic()
+        stream = self._responder.respond(self.ctx)
+        try:
+            async for delta in stream:
+                if rec.llm_first_token is None:
+                    rec.llm_first_token = time.monotonic()
+                if delta := guard.admit(delta):
+                    await take(delta)
+                if guard.stopped is not None:
+                    log.info("answer ended early (%s) in session %s", guard.stopped,
+                             rec.session_id)
+                    break
+                if rec.first_chunk is not None and not self._first_synthesized.is_set():
+                    # Let Piper have the CPU for the first piece: the rest of the answer is
+                    # not needed before the first piece has played, and on 2 cores the LLM
+                    # would otherwise slow that synthesis down (a local model pauses: its
+                    # token hand-off is bounded).
+                    await self._first_synthesized.wait()
+        finally:
+            await stream.aclose()  # type: ignore[attr-defined]
         rec.llm_done = time.monotonic()
-        if (rest := chunker.flush()) is not None:
+        if (fallback := guard.fallback()) is not None:
+            log.info("empty answer in session %s: saying the fallback", rec.session_id)
+            await take(fallback)
+        if guard.stopped == "loop":  # the repeat is neither spoken nor kept
+            self._text = [guard.kept]
+        elif (rest := chunker.flush()) is not None:
             if rec.first_chunk is None:
                 rec.first_chunk = time.monotonic()
             sentences.put_nowait(rest)

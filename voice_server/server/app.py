@@ -25,6 +25,7 @@ from ..config import Settings
 from ..llm import ChatRequest, LLMError
 from ..llm.factory import build_router
 from ..metrics import Metrics, TurnRecord
+from ..pipeline.answer_guard import AnswerGuard
 from ..pipeline.chunker import SentenceChunker
 from ..pipeline.stt import WhisperSTT
 from ..pipeline.tts import PiperTTS
@@ -60,6 +61,8 @@ class VoiceServer:
         self.new_chunker = functools.partial(
             SentenceChunker, first_max_words=settings.tts_first_piece_words,
             max_chars=settings.tts_max_piece_chars)
+        self.new_guard = functools.partial(
+            AnswerGuard, max_chars=settings.answer_max_chars, fallback=settings.empty_answer_text)
         self.router = build_router(settings, others=self.pool.shared,
                                    on_worker_restart=self.metrics.worker_restarted)
         self.sessions: SessionStore = self._session_store()

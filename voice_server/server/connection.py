@@ -358,7 +358,8 @@ class Connection:
                           user_message=self.server.user_message(text, attachments),
                           state=session.state)
         turn = Turn(ctx=ctx, responder=self.server.responder_for(session), tts=self.server.tts,
-                    output=output, record=record, chunker=self.server.new_chunker)
+                    output=output, record=record, chunker=self.server.new_chunker,
+                    guard=self.server.new_guard)
         self._turn = turn
         turn.start()
         await turn.wait()

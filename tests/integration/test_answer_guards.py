@@ -1,0 +1,41 @@
+"""Guards for a spoken answer over the real WebSocket path (issue 18, item 5): an empty
+answer is replaced by the spoken fallback and the turn closes normally; a looping answer is
+cut, and neither the client's final text nor the history keeps the loop."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.test_ws_turn import audio_message, check_turn
+from voice_server.pipeline.answer_guard import DEFAULT_FALLBACK
+from voice_server.pipeline.audio import rms
+
+pytestmark = pytest.mark.slow
+
+
+async def test_an_empty_answer_is_replaced_by_a_spoken_fallback(scripted_server, fake_llm,
+                                                                 connect, make_speech):
+    fake_llm.add("", "   ")
+    async with connect(scripted_server) as client:
+        for _ in range(2):
+            await client.send(audio_message(make_speech("What is the capital of France?")))
+            turn = check_turn(await client.until("tts-complete", timeout=60))
+            assert turn["text"] == DEFAULT_FALLBACK
+            assert rms(turn["pcm"]) > 300  # spoken, not silence
+        session = await scripted_server.sessions.get(client.ready["id"])
+    assert [m["content"] for m in session.history if m["role"] == "assistant"] == \
+        [DEFAULT_FALLBACK, DEFAULT_FALLBACK]
+
+
+async def test_a_looping_answer_is_cut_and_not_kept(scripted_server, fake_llm, connect,
+                                                    make_speech):
+    loop = "Paris is the capital. " + "La femme de France " * 12
+    fake_llm.add(loop)
+    async with connect(scripted_server) as client:
+        await client.send(audio_message(make_speech("What is the capital of France?")))
+        turn = check_turn(await client.until("tts-complete", timeout=60), final_may_differ=True)
+        session = await scripted_server.sessions.get(client.ready["id"])
+    assert turn["text"] == "Paris is the capital. La femme de France"
+    assert session.history[-1]["content"] == turn["text"]
+    seconds = len(turn["pcm"]) / 22050
+    assert seconds < 6, f"{seconds:.1f} s of speech: the loop was spoken"

@@ -1,0 +1,73 @@
+"""AnswerGuard: loops and monologues end, an empty answer becomes the spoken fallback."""
+
+from __future__ import annotations
+
+from voice_server.pipeline.answer_guard import DEFAULT_FALLBACK, AnswerGuard
+
+
+def stream(guard: AnswerGuard, text: str, size: int = 3) -> str:
+    """Feed ``text`` in small deltas as a model streams it; return what was let through."""
+    out = []
+    for i in range(0, len(text), size):
+        out.append(guard.admit(text[i:i + size]))
+        if guard.stopped:
+            break
+    return "".join(out)
+
+
+def test_a_normal_answer_passes_untouched():
+    text = "Paris is the capital of France. It is known for the Eiffel Tower."
+    guard = AnswerGuard()
+    assert stream(guard, text) == text
+    assert guard.stopped is None
+    assert guard.fallback() is None
+    assert guard.kept == text
+
+
+def test_a_phrase_loop_is_cut_before_its_third_time():
+    guard = AnswerGuard()
+    said = stream(guard, "La femme de France la femme de France la femme de France la femme")
+    assert guard.stopped == "loop"
+    assert said.lower().count("la femme de france") == 2
+    assert guard.kept == "La femme de France"
+
+
+def test_a_repeated_sentence_is_not_said_twice():
+    guard = AnswerGuard()
+    said = stream(guard, "I am not sure about that. I am not sure about that. Sorry.")
+    assert guard.stopped == "loop"
+    assert said.count("I am not sure about that.") == 1
+    assert guard.kept == "I am not sure about that."
+
+
+def test_a_single_word_loop_stops():
+    guard = AnswerGuard()
+    said = stream(guard, "Yes yes yes yes yes yes yes", size=4)
+    assert guard.stopped == "loop"
+    assert said.lower().count("yes") <= 3
+    assert guard.kept == "Yes"
+
+
+def test_short_repeats_that_people_say_are_allowed():
+    text = "Yes, yes, of course. Bye bye! It is very, very big."
+    guard = AnswerGuard()
+    assert stream(guard, text) == text
+    assert guard.stopped is None
+
+
+def test_a_long_answer_ends_at_the_sentence_after_the_cap():
+    sentence = "This sentence is about forty characters. "
+    guard = AnswerGuard(max_chars=100)
+    said = stream(guard, "".join(f"Point {i}: {sentence}" for i in range(20)), size=5)
+    assert guard.stopped == "length"
+    assert 100 <= len(said) <= 160
+    assert said.rstrip().endswith(".")
+
+
+def test_an_empty_answer_gets_the_fallback():
+    for text in ("", "   ", "\n", " ... "):
+        guard = AnswerGuard()
+        stream(guard, text)
+        assert guard.fallback() == DEFAULT_FALLBACK
+    guard = AnswerGuard(fallback="Pardon?")
+    assert guard.fallback() == "Pardon?"

@@ -153,13 +153,18 @@ class Settings(BaseSettings):
     llm_threads: int = Field(2, ge=1, description="CPU threads for the local model's prompt "
                              "evaluation while no STT/TTS runs (decoding uses one)")
     llm_slots: int = Field(4, ge=1, le=64, description="answers the local model serves at once, "
-                           "each with its own prompt cache (about 47 MB each at 2048 tokens)")
+                           "each keeping its conversation's prompt cached")
+    llm_context_tokens: int = Field(8192, ge=512, le=131072, description="the local model's "
+                                    "context, shared by its slots: any one prompt and answer "
+                                    "may use all of it (capped at the model's own maximum)")
     system_prompt: str = Field(DEFAULT_SYSTEM_PROMPT, description="system prompt of the agent")
     answer_max_chars: int = Field(600, ge=40, description="a spoken answer ends at the first "
                                   "sentence end after this many characters")
     empty_answer_text: str = Field(DEFAULT_FALLBACK, min_length=1, description="said instead "
                                    "of an answer with no words in it")
     max_history_messages: int = Field(40, ge=2, description="history messages sent to the LLM")
+    max_history_chars: int = Field(16_000, ge=200, description="characters of history sent to "
+                                   "the LLM, the newest kept (fits the local model's context)")
 
     # playbooks
     playbooks_dir: str | None = Field(None, description="folder of YAML playbooks, hot-reloaded "

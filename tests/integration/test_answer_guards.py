@@ -1,6 +1,7 @@
-"""Guards for a spoken answer over the real WebSocket path (issue 18, item 5): an empty
+"""Guards for a spoken answer over the real WebSocket path (issue 18, items 3 and 5): an empty
 answer is replaced by the spoken fallback and the turn closes normally; a looping answer is
-cut, and neither the client's final text nor the history keeps the loop."""
+cut, and neither the client's final text nor the history keeps the loop; a long conversation
+never outgrows the model's context."""
 
 from __future__ import annotations
 
@@ -39,3 +40,21 @@ async def test_a_looping_answer_is_cut_and_not_kept(scripted_server, fake_llm, c
     assert session.history[-1]["content"] == turn["text"]
     seconds = len(turn["pcm"]) / 22050
     assert seconds < 6, f"{seconds:.1f} s of speech: the loop was spoken"
+
+
+async def test_a_long_conversation_never_fails_a_turn(local_server, connect, make_speech):
+    """50 turns of long messages (the last 40 messages alone are over 10,000 tokens, more than
+    the local model's context of 8,192), then a spoken question on the embedded model: the
+    oldest turns are left out and the turn is answered."""
+    async with connect(local_server) as client:
+        session = await local_server.sessions.get(client.ready["id"])
+        filler = "I like long walks by the river and I talk about them at length. " * 40
+        for i in range(50):
+            session.history += [{"role": "user", "content": f"Turn {i}. {filler}"},
+                                {"role": "assistant", "content": f"Noted, turn {i}."}]
+        await client.send(audio_message(make_speech("What is the capital of France?")))
+        messages = await client.until("tts-complete", timeout=120)
+    assert not [m for m in messages if m["type"] == "error"]
+    turn = check_turn(messages)
+    assert turn["text"].strip()
+    assert len(session.history) == 102

@@ -71,3 +71,19 @@ def test_an_empty_answer_gets_the_fallback():
         assert guard.fallback() == DEFAULT_FALLBACK
     guard = AnswerGuard(fallback="Pardon?")
     assert guard.fallback() == "Pardon?"
+
+
+def test_history_window_keeps_the_newest_within_its_budget():
+    from voice_server.pipeline.turn import HistoryWindow, llm_messages
+
+    history = []
+    for i in range(50):
+        history += [{"role": "user", "content": f"question {i} " + "x" * 500},
+                    {"role": "assistant", "content": f"answer {i}", "interrupted": True},
+                    {"role": "tool", "content": "r" * 300, "tool_call_id": f"c{i}"}]
+    sent = llm_messages(history, HistoryWindow(messages=40, chars=4000))
+    assert sum(len(m["content"]) for m in sent) <= 4000
+    assert sent[-1]["content"] == history[-1]["content"]
+    assert sent[0]["role"] != "tool"
+    assert all("interrupted" not in m for m in sent)
+    assert len(llm_messages(history, HistoryWindow(messages=6, chars=100_000))) == 6

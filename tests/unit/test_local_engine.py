@@ -41,7 +41,7 @@ def llama():
 def engine(llama):
     from voice_server.llm.local_engine import LlamaEngine
 
-    eng = LlamaEngine(llama, slots=2, n_ctx_slot=1024, n_threads=2)
+    eng = LlamaEngine(llama, slots=2, n_ctx=2048, n_threads=2)
     yield eng
     eng.close()
 
@@ -173,8 +173,27 @@ def test_stop_strings_and_token_limit(engine) -> None:
     assert limited.gen.produced == 5 and limited.end.finish_reason == "length"
 
 
-def test_prompt_longer_than_a_slot_is_a_bad_request(engine) -> None:
-    reader = Reader(engine, _ask("word " * 1500))
+def test_one_answer_may_use_the_whole_shared_context(engine) -> None:
+    """Two slots share 2,048 tokens: a 1,500-token prompt (more than half of it) is answered;
+    a second long prompt then takes the room of the first conversation's idle cache, and the
+    first, asked again, is evaluated afresh. (Exact answers are not compared: with a shared
+    cache, another conversation's cells change the order of llama.cpp's sums, and a greedy
+    135M model can then pick another word.)"""
+    long_one = _ask("Repeat the last word. " + "word " * 1500)
+    other = _ask("What is the capital of France? " + "Please answer. " * 400)
+    for messages, cached in ((long_one, 0), (other, 0), (long_one, 0), (_ask("Hi"), None)):
+        reader = Reader(engine, messages, max_tokens=8)
+        reader.wait()
+        assert isinstance(reader.end, StreamEvent) and reader.end.usage.output_tokens > 0
+        if cached is not None:
+            assert reader.gen.cached == cached  # the other long one's cache made room
+    last = Reader(engine, long_one, max_tokens=1)
+    last.wait()
+    assert len(last.gen.prompt) > 1400  # more than the 1,024 a slot held before
+
+
+def test_prompt_longer_than_the_context_is_a_bad_request(engine) -> None:
+    reader = Reader(engine, _ask("word " * 2500))
     reader.wait()
     assert isinstance(reader.end, LLMBadRequest)
     assert "too long" in str(reader.end)
@@ -184,7 +203,7 @@ def test_prompt_longer_than_a_slot_is_a_bad_request(engine) -> None:
 def test_closing_ends_open_answers_with_an_error(llama) -> None:
     from voice_server.llm.local_engine import LlamaEngine, SamplingParams
 
-    eng = LlamaEngine(llama, slots=1, n_ctx_slot=512, n_threads=2)
+    eng = LlamaEngine(llama, slots=1, n_ctx=512, n_threads=2)
     ended: list[Any] = []
     eng.submit(_ask(LONG), SamplingParams(temperature=0.0, max_tokens=80), ended.append)
     eng.close()
@@ -228,7 +247,7 @@ def test_later_tokens_give_way_to_urgent_speech_work(llama, monkeypatch) -> None
 
     monkeypatch.setattr(local_engine, "GIVE_WAY_S", 60.0)  # give way for the whole test
     pool = BusyPool()
-    engine = local_engine.LlamaEngine(llama, slots=2, n_ctx_slot=1024, n_threads=2,
+    engine = local_engine.LlamaEngine(llama, slots=2, n_ctx=2048, n_threads=2,
                                       others=pool)
     try:
         pool.urgent_jobs = pool.running_jobs = 1  # e.g. a final transcript being made

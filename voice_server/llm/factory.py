@@ -40,5 +40,6 @@ def build_router(settings: Settings, *, others: OtherWork | None = None,
                                                 profile=settings.llm_profile,
                                                 n_threads=settings.llm_threads,
                                                 slots=settings.llm_slots,
+                                                n_ctx=settings.llm_context_tokens,
                                                 others=others, on_restart=on_worker_restart)
     return LLMRouter(providers, default=settings.llm_provider)

@@ -44,7 +44,7 @@ class LocalLlamaProvider:
         model_path: str | Path | None = None,
         profile: str = "tiny",
         name: str = "local",
-        n_ctx: int = 2048,
+        n_ctx: int = 8192,
         n_threads: int = 2,
         slots: int = 4,
         others: OtherWork | None = None,

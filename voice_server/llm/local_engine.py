@@ -1,8 +1,11 @@
 """Several answers at once on one embedded llama.cpp model: per-session KV slots and
 first-piece-first scheduling (issue 8: the 4-session target).
 
-One llama.cpp context holds ``slots`` sequences, each with its own region of the KV cache
-(``n_seq_max`` = slots, ``kv_unified`` off). A request takes the free slot whose cached tokens
+One llama.cpp context holds ``slots`` sequences in one shared KV cache of ``n_ctx`` tokens
+(``n_seq_max`` = slots, ``kv_unified`` on): any one answer may use the whole context (a long
+prompt from a sidecar, a long conversation), and together they never hold more. When a step
+needs more room than is free, the caches of idle slots are dropped, least recently used
+first. A request takes the free slot whose cached tokens
 share the longest prefix with its prompt, and only the rest of the prompt is evaluated. A
 session's next turn finds its own history there, so it pays for the new user message only;
 with one shared cache (the high-level ``Llama`` object), four sessions took turns evicting each
@@ -135,7 +138,7 @@ class _Slot:
 class LlamaEngine:
     """Owns one llama.cpp context with ``slots`` KV regions and the thread that runs it."""
 
-    def __init__(self, llama: Any, *, slots: int = 4, n_ctx_slot: int = 2048, n_threads: int = 2,
+    def __init__(self, llama: Any, *, slots: int = 4, n_ctx: int = 8192, n_threads: int = 2,
                  ahead: int = 4, urgent_tokens: int = 12, n_batch: int = 512,
                  others: OtherWork | None = None) -> None:
         import llama_cpp
@@ -144,16 +147,16 @@ class LlamaEngine:
         self._c = llama_cpp
         self._llama = llama
         params = llama_cpp.llama_context_default_params()
-        params.n_ctx = slots * n_ctx_slot
+        params.n_ctx = n_ctx
         params.n_batch = params.n_ubatch = n_batch
         params.n_seq_max = slots
-        params.kv_unified = False
+        params.kv_unified = True
         params.n_threads = params.n_threads_batch = 1  # see the module docstring
         self._ctx = _internals.LlamaContext(model=llama._model, params=params, verbose=False)
         self._batch = _internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=False)
         self._memory = llama_cpp.llama_get_memory(self._ctx.ctx)
         self._vocab = llama_cpp.llama_model_get_vocab(llama._model.model)
-        self.n_ctx_slot = int(llama_cpp.llama_n_ctx_seq(self._ctx.ctx))
+        self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx.ctx))  # shared by all slots
         self._n_batch = n_batch
         self._ahead = ahead
         self._urgent = urgent_tokens
@@ -278,10 +281,10 @@ class LlamaEngine:
         if not gen.prompt:  # a template that renders nothing
             self._finish(gen, error=LLMBadRequest("the prompt is empty", provider="local"))
             return
-        if len(gen.prompt) >= self.n_ctx_slot:
+        if len(gen.prompt) >= self.n_ctx:
             self._finish(gen, error=LLMBadRequest(
                 f"prompt too long for the local model: {len(gen.prompt)} tokens, the context "
-                f"holds {self.n_ctx_slot}", provider="local"))
+                f"holds {self.n_ctx}", provider="local"))
             return
         keep = min(_common(slot.tokens, gen.prompt), len(gen.prompt) - 1)
         with self.model_lock:
@@ -292,7 +295,7 @@ class LlamaEngine:
         gen.cached = keep
         gen.pending = gen.prompt[keep:]
         log.debug("slot %d: prompt of %d tokens, %d cached", slot.id, len(gen.prompt), keep)
-        gen.max_tokens = min(gen.params.max_tokens, self.n_ctx_slot - len(gen.prompt))
+        gen.max_tokens = min(gen.params.max_tokens, self.n_ctx - len(gen.prompt))
         gen.sampler = _sampler(gen.params)
 
     def _choose(self) -> tuple[list[tuple[Generation, _Slot]], bool]:
@@ -348,9 +351,14 @@ class LlamaEngine:
             if not gen.pending:
                 b.logits[b.n_tokens - 1] = True
                 outputs.append((gen, b.n_tokens - 1))
+        self._make_room()
         code = self._c.llama_decode(self._ctx.ctx, b)
         if code != 0:
-            error = LLMError(f"local model failed: llama_decode returned {code}", provider="local")
+            error = LLMError(
+                "the local model's context is full: the answers in progress hold "
+                f"{sum(len(s.tokens) for s in self._slots)} tokens, it holds {self.n_ctx}"
+                if code == 1 else f"local model failed: llama_decode returned {code}",
+                provider="local")
             for gen, slot in group:  # their cached tokens are unknown now: forget them
                 self._c.llama_memory_seq_rm(self._memory, slot.id, -1, -1)
                 slot.tokens.clear()
@@ -362,6 +370,19 @@ class LlamaEngine:
                 continue
             token = self._c.llama_sampler_sample(gen.sampler.sampler, self._ctx.ctx, index)
             self._take(gen, int(token))
+
+    def _make_room(self) -> None:
+        """Drop idle slots' caches, least recently used first, until the cached tokens fit
+        (called on the engine thread, ``slot.tokens`` already counting the step's batch)."""
+        used = sum(len(s.tokens) for s in self._slots)
+        idle = sorted((s for s in self._slots if not s.busy and s.tokens),
+                      key=lambda s: s.used_at)
+        while used > self.n_ctx and idle:
+            slot = idle.pop(0)
+            used -= len(slot.tokens)
+            self._c.llama_memory_seq_rm(self._memory, slot.id, -1, -1)
+            slot.tokens.clear()
+            log.debug("slot %d: cache dropped for room", slot.id)
 
     def _take(self, gen: Generation, token: int) -> None:
         gen.last = token

@@ -30,7 +30,7 @@ def llama_system_info() -> str:
 class LlamaService:
     """One model, a KV slot per concurrent answer; checked with a one-token answer at start."""
 
-    def __init__(self, *, model_path: str, n_ctx: int = 2048, n_threads: int = 2,
+    def __init__(self, *, model_path: str, n_ctx: int = 8192, n_threads: int = 2,
                  slots: int = 4, others: OtherWork | None = None) -> None:
         from llama_cpp import Llama
 
@@ -39,7 +39,8 @@ class LlamaService:
         # context serves tool calls only (streamed answers use the engine's).
         self._llama = Llama(model_path=str(self.model_path), n_ctx=n_ctx, n_threads=n_threads,
                             verbose=False)
-        self._engine = LlamaEngine(self._llama, slots=slots, n_ctx_slot=n_ctx,
+        self._engine = LlamaEngine(self._llama, slots=slots,
+                                   n_ctx=min(n_ctx, self._llama._model.n_ctx_train()),
                                    n_threads=n_threads, others=others)
         self._generations: dict[int, Generation] = {}
         self._lock = threading.Lock()

@@ -35,7 +35,7 @@ from .chunker import SentenceChunker
 from .speech import SpeechOutput
 from .tts import PiperTTS, TTSError
 
-__all__ = ["ChatResponder", "Responder", "Turn", "TurnContext", "llm_messages"]
+__all__ = ["ChatResponder", "HistoryWindow", "Responder", "Turn", "TurnContext", "llm_messages"]
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +62,34 @@ class Responder(Protocol):
     def respond(self, ctx: TurnContext) -> AsyncIterator[str]: ...
 
 
-def llm_messages(history: list[dict[str, Any]], limit: int | None = None) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class HistoryWindow:
+    """How much history goes to the LLM: at most ``messages`` messages and ``chars``
+    characters of content, the newest kept. A long conversation never outgrows the model's
+    context; the system prompt and the playbook stage are sent besides, always."""
+
+    messages: int = 40
+    chars: int = 16_000
+
+
+DEFAULT_WINDOW = HistoryWindow()
+
+
+def _size(message: dict[str, Any]) -> int:
+    content = message.get("content")
+    size = len(content) if isinstance(content, str) else len(str(content or ""))
+    return size + len(str(message.get("tool_calls") or ""))
+
+
+def llm_messages(history: list[dict[str, Any]],
+                 window: HistoryWindow | None = None) -> list[dict[str, Any]]:
     """History as an OpenAI message list: our bookkeeping keys stripped, oldest dropped first."""
-    items = history[-limit:] if limit else history
+    items = history[-window.messages:] if window else history
+    if window:
+        total = sum(_size(m) for m in items)
+        while items and total > window.chars:
+            total -= _size(items[0])
+            items = items[1:]
     while items and items[0].get("role") == "tool":  # never start with an orphan tool result
         items = items[1:]
     return [{k: v for k, v in m.items() if k in _OPENAI_KEYS} for m in items]
@@ -75,18 +100,19 @@ class ChatResponder:
 
     def __init__(self, router: LLMRouter, *, system_prompt: str, model: str | None = None,
                  temperature: float | None = None, max_tokens: int | None = None,
-                 max_history: int = 40, timeout_s: float | None = None) -> None:
+                 history: HistoryWindow = DEFAULT_WINDOW,
+                 timeout_s: float | None = None) -> None:
         self._router = router
         self._system = system_prompt
         self._model = model
         self._temperature = temperature
         self._max_tokens = max_tokens
-        self._max_history = max_history
+        self._history = history
         self._timeout_s = timeout_s
 
     async def respond(self, ctx: TurnContext) -> AsyncIterator[str]:
         messages = [{"role": "system", "content": self._system},
-                    *llm_messages(ctx.history, self._max_history), ctx.user_message]
+                    *llm_messages(ctx.history, self._history), ctx.user_message]
         request = ChatRequest(messages=messages, model=self._model,
                               temperature=self._temperature, max_tokens=self._max_tokens,
                               timeout_s=self._timeout_s)

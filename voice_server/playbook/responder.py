@@ -38,7 +38,7 @@ from concurrent.futures import Executor
 from typing import Any
 
 from ..llm import ChatRequest, LLMError, LLMRouter, LLMTimeout, ToolCall, Usage
-from ..pipeline.turn import TurnContext, llm_messages
+from ..pipeline.turn import DEFAULT_WINDOW, HistoryWindow, TurnContext, llm_messages
 from ..protocol import StageChange, ToolCallEnd, ToolCallStart
 from .engine import TRANSITION_TOOL, Decision, Engine, PlaybookState, ToolEvent
 from .schema import Playbook
@@ -63,7 +63,7 @@ class PlaybookResponder:
 
     - ``playbook``: from ``PlaybookRegistry.get(id)``; the responder keeps that version;
     - ``router``: the server's ``LLMRouter`` (a stage's ``llm.model`` is resolved through it);
-    - ``max_history``: history messages sent to the LLM; ``timeout_s``: deadline of each LLM
+    - ``history``: how much history is sent to the LLM; ``timeout_s``: deadline of each LLM
       request; ``model``/``temperature``/``max_tokens``: defaults (e.g. from Settings) used
       where the playbook's ``globals.llm`` and the stage's ``llm`` leave them unset;
     - ``clock``: wall-clock seconds (stage timeouts survive restarts and reconnects);
@@ -90,7 +90,8 @@ class PlaybookResponder:
     barge-in) and ``timeout_due(state)``.
     """
 
-    def __init__(self, playbook: Playbook, router: LLMRouter, *, max_history: int = 40,
+    def __init__(self, playbook: Playbook, router: LLMRouter, *,
+                 history: HistoryWindow = DEFAULT_WINDOW,
                  timeout_s: float | None = 30.0, model: str | None = None,
                  temperature: float | None = None, max_tokens: int | None = None,
                  clock: Callable[[], float] = time.time, executor: Executor | None = None,
@@ -98,7 +99,7 @@ class PlaybookResponder:
         self.playbook = playbook
         self.engine = Engine(playbook)
         self._router = router
-        self._max_history = max_history
+        self._history = history
         self._timeout_s = timeout_s
         self._defaults = (model, temperature, max_tokens)
         self._clock = clock
@@ -163,7 +164,7 @@ class PlaybookResponder:
             specs = [] if final else self._tools.specs(list(plan.tools))
             if plan.transition_tool is not None and not final:
                 specs.append(plan.transition_tool)
-            history = llm_messages(ctx.history[st.history_from:], self._max_history)
+            history = llm_messages(ctx.history[st.history_from:], self._history)
             messages = [*([{"role": "system", "content": plan.system_prompt}]
                           if plan.system_prompt else []),
                         *history, ctx.user_message, *turn_msgs]

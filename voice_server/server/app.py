@@ -29,7 +29,7 @@ from ..pipeline.answer_guard import AnswerGuard
 from ..pipeline.chunker import SentenceChunker
 from ..pipeline.stt import WhisperSTT
 from ..pipeline.tts import PiperTTS
-from ..pipeline.turn import ChatResponder, Responder
+from ..pipeline.turn import ChatResponder, HistoryWindow, Responder
 from ..playbook import PlaybookRegistry, PlaybookResponder
 from ..protocol import VisionAttachment
 from .auth import TokenSigner, turn_credentials
@@ -61,6 +61,8 @@ class VoiceServer:
         self.new_chunker = functools.partial(
             SentenceChunker, first_max_words=settings.tts_first_piece_words,
             max_chars=settings.tts_max_piece_chars)
+        self.history_window = HistoryWindow(settings.max_history_messages,
+                                            settings.max_history_chars)
         self.new_guard = functools.partial(
             AnswerGuard, max_chars=settings.answer_max_chars, fallback=settings.empty_answer_text)
         self.router = build_router(settings, others=self.pool.shared,
@@ -78,7 +80,7 @@ class VoiceServer:
         self._responder = ChatResponder(
             self.router, system_prompt=settings.system_prompt, model=settings.llm_model,
             temperature=settings.llm_temperature, max_tokens=settings.llm_max_tokens,
-            max_history=settings.max_history_messages, timeout_s=settings.llm_timeout_s)
+            history=self.history_window, timeout_s=settings.llm_timeout_s)
         folder = Path(settings.playbooks_dir) if settings.playbooks_dir else PLAYBOOKS_DIR
         self.playbooks = PlaybookRegistry(folder) if folder.is_dir() else None
         self._playbook_responders: dict[tuple[str, int], PlaybookResponder] = {}
@@ -251,7 +253,7 @@ class VoiceServer:
             # slow handler never takes a compute-pool thread that STT or TTS is waiting for.
             responder = PlaybookResponder(
                 self.playbooks.get(playbook_id), self.router,
-                max_history=s.max_history_messages, timeout_s=s.llm_timeout_s,
+                history=self.history_window, timeout_s=s.llm_timeout_s,
                 model=s.llm_model, temperature=s.llm_temperature, max_tokens=s.llm_max_tokens)
             self._playbook_responders[key] = responder
         return responder

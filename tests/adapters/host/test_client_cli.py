@@ -123,7 +123,8 @@ async def test_commands_serve_and_chat(fake_openai, tmp_path):
 
 @pytest.mark.slow
 async def test_embedded_local_model(local_model_available):
-    """The host streams an answer from the bundled SmolLM2 model."""
+    """The host streams an answer from the bundled SmolLM2 model, also to an 8 KB prompt
+    (about 2,400 tokens: more than the 2,048 a slot held before issue 18)."""
     from voice_server.llm.local import LocalLlamaProvider
 
     provider = LocalLlamaProvider(n_threads=2)
@@ -134,7 +135,15 @@ async def test_embedded_local_model(local_model_available):
             async with await HostClient.connect(port=server.port) as client:
                 assert client.server_info["model"] == provider.default_model
                 pieces = [p async for p in client.chat("Say hello.", timeout_s=60)]
+                assert client.finish_reason == "stop"
+                question = "\nWhat colour are the meeting rooms?"
+                notes = "".join(f"Note {i}: the blue meeting room {i} is on floor {i % 7}. "
+                                for i in range(200))
+                prompt = notes[:8192 - len(question)] + question
+                assert len(prompt.encode()) == 8192  # the spec's largest prompt
+                long_pieces = [p async for p in client.chat(prompt, timeout_s=120)]
+                assert client.finish_reason in ("stop", "length")
     finally:
         await router.aclose()
     assert len(pieces) >= 1 and "".join(pieces).strip()
-    assert client.finish_reason == "stop"
+    assert "".join(long_pieces).strip()

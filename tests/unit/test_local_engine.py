@@ -226,7 +226,7 @@ def test_slot_choice_keeps_other_conversations_caches() -> None:
 
 
 def test_a_template_that_renders_nothing_is_a_bad_request(engine, monkeypatch) -> None:
-    monkeypatch.setattr(engine, "_format", lambda messages: ("", (), False))
+    monkeypatch.setattr(engine, "_format", lambda messages, tools=None: ("", (), False))
     reader = Reader(engine, _ask("Say hello."))
     reader.wait()
     assert isinstance(reader.end, LLMBadRequest) and "empty" in str(reader.end)

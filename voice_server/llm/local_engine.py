@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .errors import LLMBadRequest, LLMError
+from .local_tools import OPEN, TRIGGERS, template_messages, tools_system_text
 from .types import StreamEvent, Usage
 
 __all__ = ["GIVE_WAY_S", "Generation", "LlamaEngine", "OtherWork", "SamplingParams"]
@@ -77,6 +78,8 @@ class SamplingParams:
     max_tokens: int = 256
     stop: tuple[str, ...] = ()
     seed: int = 0xC0FFEE
+    grammar: str | None = None  # GBNF the answer must follow (local_tools.tool_grammar)
+    grammar_lazy: bool = True  # ... only from "<tool_call>" on (else from the first token)
 
 
 class _StopText:
@@ -110,8 +113,9 @@ class Generation:
     ``consumed()`` for each text delta it takes and ``LlamaEngine.cancel`` when it stops."""
 
     def __init__(self, messages: list[dict[str, Any]], params: SamplingParams,
-                 deliver: Deliver, ahead: int) -> None:
+                 deliver: Deliver, ahead: int, tools: list[dict[str, Any]] | None = None) -> None:
         self.messages = messages
+        self.tools = tools
         self.params = params
         self.deliver = deliver
         self.credit = ahead  # text deltas it may deliver before its reader takes them
@@ -165,6 +169,8 @@ class LlamaEngine:
         self._others = others
         self._giving_way_since: float | None = None
         self._format = _chat_formatter(llama)
+        tag = llama.tokenize(OPEN.encode(), add_bos=False, special=True)
+        self._trigger_tokens = tag if len(tag) == 1 else []  # "<tool_call>" is one token
         self._slots = [_Slot(i, []) for i in range(slots)]
         self._waiting: collections.deque[Generation] = collections.deque()
         self._active: list[Generation] = []
@@ -176,8 +182,8 @@ class LlamaEngine:
 
     # ---- reader side (any thread) -----------------------------------------------------------
     def submit(self, messages: list[dict[str, Any]], params: SamplingParams,
-               deliver: Deliver) -> Generation:
-        gen = Generation(messages, params, deliver, self._ahead)
+               deliver: Deliver, tools: list[dict[str, Any]] | None = None) -> Generation:
+        gen = Generation(messages, params, deliver, self._ahead, tools)
         with self._cond:
             if self._closed:
                 raise LLMError("the local model is closed", provider="local")
@@ -265,7 +271,7 @@ class LlamaEngine:
 
     def _tokenize(self, gen: Generation) -> bool:
         try:
-            prompt, stop, add_bos = self._format(gen.messages)
+            prompt, stop, add_bos = self._format(gen.messages, gen.tools)
             gen.prompt = self._llama.tokenize(prompt.encode("utf-8"), add_bos=add_bos,
                                               special=True)
         except Exception as exc:  # a template that rejects the messages
@@ -296,7 +302,11 @@ class LlamaEngine:
         gen.pending = gen.prompt[keep:]
         log.debug("slot %d: prompt of %d tokens, %d cached", slot.id, len(gen.prompt), keep)
         gen.max_tokens = min(gen.params.max_tokens, self.n_ctx - len(gen.prompt))
-        gen.sampler = _sampler(gen.params)
+        try:
+            gen.sampler = _sampler(gen.params, self._llama._model, self._trigger_tokens)
+        except Exception as exc:  # a grammar llama.cpp does not accept
+            self._finish(gen, error=LLMBadRequest(f"cannot use the tools' grammar: {exc}",
+                                                  provider="local"))
 
     def _choose(self) -> tuple[list[tuple[Generation, _Slot]], bool]:
         """First piece first: answers still in their first tokens go alone (called locked).
@@ -452,11 +462,18 @@ def _common(a: list[int], b: list[int]) -> int:
     return n
 
 
-def _sampler(params: SamplingParams) -> Any:
-    """The sampler chain llama-cpp-python uses by default (top-k 40, top-p 0.95, min-p 0.05)."""
-    from llama_cpp import _internals
+def _sampler(params: SamplingParams, model: Any, trigger_tokens: list[int]) -> Any:
+    """The sampler chain llama-cpp-python uses by default (top-k 40, top-p 0.95, min-p 0.05),
+    after the grammar if the answer has one."""
+    from llama_cpp import _internals, llama_grammar
 
     sampler = _internals.LlamaSampler()
+    if params.grammar:
+        grammar = llama_grammar.LlamaGrammar.from_string(params.grammar, verbose=False)
+        if params.grammar_lazy:
+            sampler.add_grammar_lazy_patterns(model, grammar, list(TRIGGERS), trigger_tokens)
+        else:
+            sampler.add_grammar(model, grammar)
     if params.temperature <= 0:
         sampler.add_greedy()
     else:
@@ -468,10 +485,14 @@ def _sampler(params: SamplingParams) -> Any:
     return sampler
 
 
-def _chat_formatter(llama: Any) -> Callable[[list[dict[str, Any]]],
-                                            tuple[str, tuple[str, ...], bool]]:
+Formatter = Callable[[list[dict[str, Any]], list[dict[str, Any]] | None],
+                    tuple[str, tuple[str, ...], bool]]
+
+
+def _chat_formatter(llama: Any) -> Formatter:
     """The model's own chat template (GGUF metadata), as ``create_chat_completion`` uses it;
-    ChatML when the file has none."""
+    ChatML when the file has none. Tools go to a template that lists them itself; otherwise
+    their description is added to the system message (``local_tools``)."""
     from llama_cpp import llama_chat_format
 
     template = llama.metadata.get("tokenizer.chat_template")
@@ -486,9 +507,22 @@ def _chat_formatter(llama: Any) -> Callable[[list[dict[str, Any]]],
     else:
         formatter = llama_chat_format.format_chatml
 
-    def format_prompt(messages: list[dict[str, Any]]) -> tuple[str, tuple[str, ...], bool]:
+    lists_tools = bool(template) and "tools" in template
+
+    def format_prompt(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                      ) -> tuple[str, tuple[str, ...], bool]:
         """The prompt text, its stop strings, and whether a BOS token must be added."""
-        result = formatter(messages=messages)
+        messages = template_messages(messages)
+        if tools and not lists_tools:
+            if messages and messages[0].get("role") == "system":
+                messages = [{**messages[0], "content": str(messages[0].get("content") or "")
+                             + tools_system_text(tools)}, *messages[1:]]
+            else:
+                messages = [{"role": "system", "content": tools_system_text(tools).strip()},
+                            *messages]
+            tools = None
+        result = formatter(messages=messages, tools=tools) if tools else formatter(
+            messages=messages)
         stop = result.stop or ()
         stops = (stop,) if isinstance(stop, str) else tuple(stop)
         return result.prompt, stops, not result.added_special

@@ -2,9 +2,8 @@
 
 llama.cpp runs here, never in the server process: a crash in it (an illegal instruction on a
 CPU the build does not fit, a segfault) ends this process, the answers in flight end with
-LLM_ERROR, and the supervisor (workers/supervisor.py) starts the worker again. Streamed answers
-run on ``LlamaEngine`` (local_engine.py); tool calls use llama-cpp-python's
-``chatml_function_calling`` on the same weights, with the engine paused.
+LLM_ERROR, and the supervisor (workers/supervisor.py) starts the worker again. Every answer,
+with tools or without, runs on ``LlamaEngine`` (local_engine.py).
 """
 
 from __future__ import annotations
@@ -35,12 +34,12 @@ class LlamaService:
         from llama_cpp import Llama
 
         self.model_path = Path(model_path)
-        # The Llama object gives the weights, the tokenizer and the chat template; its own
-        # context serves tool calls only (streamed answers use the engine's).
-        self._llama = Llama(model_path=str(self.model_path), n_ctx=n_ctx, n_threads=n_threads,
+        # The Llama object gives the weights, the tokenizer and the chat template; answers and
+        # tool calls use the engine's context, so its own stays the smallest llama.cpp allows.
+        self._llama = Llama(model_path=str(self.model_path), n_ctx=256, n_threads=n_threads,
                             verbose=False)
-        self._engine = LlamaEngine(self._llama, slots=slots,
-                                   n_ctx=min(n_ctx, self._llama._model.n_ctx_train()),
+        n_ctx = min(n_ctx, self._llama._model.n_ctx_train() or n_ctx)
+        self._engine = LlamaEngine(self._llama, slots=slots, n_ctx=n_ctx,
                                    n_threads=n_threads, others=others)
         self._generations: dict[int, Generation] = {}
         self._lock = threading.Lock()
@@ -70,14 +69,14 @@ class LlamaService:
 
     # ---- streams (started by the worker; items go back through ``emit``) ---------------------
     def generate(self, emit: Callable[[Any], None], rid: int, messages: list[dict[str, Any]],
-                 params: SamplingParams) -> None:
+                 params: SamplingParams, tools: list[dict[str, Any]] | None = None) -> None:
         def deliver(item: Any) -> None:  # on the engine thread
             if not isinstance(item, str):  # the last item: done, or an error
                 with self._lock:
                     self._generations.pop(rid, None)
             emit(item)
 
-        gen = self._engine.submit(messages, params, deliver)
+        gen = self._engine.submit(messages, params, deliver, tools)
         with self._lock:
             if not gen.finished:
                 self._generations[rid] = gen
@@ -94,13 +93,3 @@ class LlamaService:
             gen = self._generations.pop(rid, None)
         if gen is not None:
             self._engine.cancel(gen)
-
-    # ---- calls --------------------------------------------------------------------------------
-    def tool_call(self, kwargs: dict[str, Any], tools: list[dict[str, Any]],
-                  choice: Any) -> dict[str, Any]:
-        from llama_cpp import llama_chat_format
-
-        with self._engine.model_lock:  # the engine waits: two contexts on 2 cores would fight
-            return llama_chat_format.chatml_function_calling(
-                llama=self._llama, tools=tools, tool_choice=choice or "auto", **kwargs)
-

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, TextIO
 
 from ..llm import LLMError, LLMRouter
-from ..pipeline.turn import TurnContext
+from ..pipeline.turn import DEFAULT_WINDOW, HistoryWindow, TurnContext
 from ..protocol import Message, StageChange, ToolCallEnd, ToolCallStart
 from .errors import PlaybookLoadError
 from .lint import lint
@@ -88,7 +88,8 @@ def _chat(args: argparse.Namespace) -> int:
         router = build_router(settings)
         try:
             return await run_chat(playbook, router, _stdin_lines(), sys.stdout,
-                                  max_history=settings.max_history_messages,
+                                  window=HistoryWindow(settings.max_history_messages,
+                                                       settings.max_history_chars),
                                   timeout_s=settings.llm_timeout_s)
         finally:
             await router.aclose()
@@ -123,13 +124,14 @@ def describe(message: Message) -> str:
 
 
 async def run_chat(playbook: Playbook, router: LLMRouter, lines: AsyncIterator[str],
-                   out: TextIO, *, max_history: int = 40, timeout_s: float | None = 30.0,
+                   out: TextIO, *, window: HistoryWindow = DEFAULT_WINDOW,
+                   timeout_s: float | None = 30.0,
                    clock: Callable[[], float] | None = None) -> int:
     """The chat loop: one turn per input line; ``/quit`` or end of input stops it."""
     history: list[dict[str, Any]] = []
     state: dict[str, Any] = {}
     kw = {"clock": clock} if clock else {}
-    async with PlaybookResponder(playbook, router, max_history=max_history, timeout_s=timeout_s,
+    async with PlaybookResponder(playbook, router, history=window, timeout_s=timeout_s,
                                  **kw) as responder:
         out.write(f"playbook {playbook.id}: stage {responder.stage(state)}. "
                   f"Type a message (/quit to stop).\n")

@@ -27,6 +27,10 @@ TOOLS = textwrap.dedent("""\
       greet:
         parameters: {type: object, properties: {name: {type: string}}, required: [name]}
         handler: {python: "tool_funcs:greet", options: {greeting: ciao}}
+      greet_caller:
+        parameters: {type: object, required: [name],
+                     properties: {name: {type: string, x-from-caller: true}}}
+        handler: {python: "tool_funcs:greet"}
       slow: {handler: {python: "tool_funcs:slow", timeout_s: 0.05}}
       broken: {handler: {python: "tool_funcs:broken"}}
       odd: {handler: {python: "tool_funcs:odd_result"}}
@@ -118,7 +122,7 @@ CASES = [
      "allowed ('c' was unexpected); a: 'x' is not of type 'integer'. Call add again with "
      "arguments matching its schema"),
     ("unknown tool", "nope", "{}", False,
-     "unknown tool 'nope'; available tools: add, broken, greet, hook, hook_bad, hook_get, "
+     "unknown tool 'nope'; available tools: add, broken, greet, greet_caller, hook, hook_bad, hook_get, "
      "hook_slow, lenient, missing, odd, slow"),
     ("timeout", "slow", "{}", False, "tool slow timed out after 0.05 s"),
     ("exception", "broken", "{}", False, "tool broken failed: RuntimeError: database is down"),
@@ -195,3 +199,21 @@ def test_specs() -> None:
     spec = ToolRunner(pb).specs(["add"])
     assert spec == [{"type": "function", "function": {
         "name": "add", "parameters": pb.tools["add"].parameters}}]
+
+
+async def test_an_argument_the_caller_never_said_is_refused() -> None:
+    """``x-from-caller``: a name the model made up comes back as an error telling it to ask;
+    the caller's own words pass (any case), and the keyword is not sent to the LLM."""
+    pb = load_playbook_text(TOOLS.replace("URL", "http://127.0.0.1:9"), base_dir=HERE)
+    said = "I would like a table for two. My name is Anna Smith."
+    async with ToolRunner(pb) as tools:
+        guessed = await tools.run("greet_caller", {"name": "John Doe"}, call_id="c1", said=said)
+        heard = await tools.run("greet_caller", {"name": "anna smith"}, call_id="c2", said=said)
+        unchecked = await tools.run("greet_caller", {"name": "John Doe"}, call_id="c3")
+        [spec] = tools.specs(["greet_caller"])
+    assert not guessed.ok
+    assert guessed.error == ("the caller has not said the name ('John Doe' is a guess): ask "
+                             "the caller for it, then call greet_caller again")
+    assert heard.ok and heard.result.startswith("hello anna smith")
+    assert unchecked.ok  # no transcript given: nothing to check against
+    assert spec["function"]["parameters"]["properties"]["name"] == {"type": "string"}

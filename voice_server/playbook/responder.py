@@ -254,7 +254,7 @@ class PlaybookResponder:
             outcome = self._transition_call(st, call, decisions)
         else:
             outcome = await self._tools.run(call.name, call.arguments, call_id=call.id,
-                                            data=st.data)
+                                            data=st.data, said=_said(ctx))
             if outcome.ok and call.name in self.playbook.tools and \
                     not self.playbook.tools[call.name].interruptible:
                 ctx.state[UNINTERRUPTIBLE_KEY] = True
@@ -375,3 +375,9 @@ def _add_usage(ctx: TurnContext, usage: Usage | None) -> None:
     before = ctx.usage or Usage()
     ctx.usage = Usage(before.input_tokens + usage.input_tokens,
                       before.output_tokens + usage.output_tokens)
+
+
+def _said(ctx: TurnContext) -> str:
+    """Everything the caller said in this conversation (for ``x-from-caller`` arguments)."""
+    return " ".join(str(m.get("content") or "") for m in [*ctx.history, ctx.user_message]
+                    if m.get("role") == "user")

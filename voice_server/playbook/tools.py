@@ -14,6 +14,7 @@ import importlib
 import importlib.util
 import inspect
 import json
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -105,6 +106,19 @@ class ToolOutcome:
         return text[:MAX_RESULT_CHARS]
 
 
+FROM_CALLER = "x-from-caller"  # a parameter keyword: the value must be one the caller said
+_WORDS = re.compile(r"[^\W_]+")
+
+
+def _public(schema: Any) -> Any:
+    """A JSON Schema without our ``x-`` keywords (an endpoint may refuse unknown ones)."""
+    if isinstance(schema, dict):
+        return {k: _public(v) for k, v in schema.items() if not str(k).startswith("x-")}
+    if isinstance(schema, list):
+        return [_public(v) for v in schema]
+    return schema
+
+
 class ToolRunner:
     """Runs a playbook's tools. ``async with ToolRunner(pb) as runner: await runner.run(...)``.
 
@@ -132,11 +146,11 @@ class ToolRunner:
             self._http = None
 
     def specs(self, names: list[str]) -> list[dict[str, Any]]:
-        """OpenAI ``tools`` entries for the named tools."""
+        """OpenAI ``tools`` entries for the named tools (our ``x-`` keywords left out)."""
         out = []
         for name in names:
             tool = self.playbook.tools[name]
-            fn: dict[str, Any] = {"name": name, "parameters": tool.parameters}
+            fn: dict[str, Any] = {"name": name, "parameters": _public(tool.parameters)}
             if tool.description:
                 fn["description"] = tool.description
             out.append({"type": "function", "function": fn})
@@ -163,9 +177,25 @@ class ToolRunner:
                             f"arguments matching its schema")
         return args
 
+    def check_said(self, name: str, args: dict[str, Any], said: str) -> None:
+        """A string argument whose schema says ``x-from-caller: true`` must be in what the
+        caller said (every word of it): a model that guesses a name or a time is told to ask.
+        """
+        heard = set(_WORDS.findall(said.lower()))
+        props = self.playbook.tools[name].parameters.get("properties") or {}
+        for key, schema in props.items():
+            value = args.get(key)
+            if not (isinstance(schema, dict) and schema.get(FROM_CALLER)) or \
+                    not isinstance(value, str | int):
+                continue
+            if not set(_WORDS.findall(str(value).lower())) <= heard:
+                raise ToolError(f"the caller has not said the {key} ({value!r} is a guess): "
+                                f"ask the caller for it, then call {name} again")
+
     async def run(self, name: str, raw_arguments: str | dict[str, Any], *, call_id: str,
-                  data: dict[str, Any] | None = None) -> ToolOutcome:
-        """Run one call; never raises except ``CancelledError``."""
+                  data: dict[str, Any] | None = None, said: str | None = None) -> ToolOutcome:
+        """Run one call; never raises except ``CancelledError``. ``said``: what the caller
+        said in this conversation, for the ``x-from-caller`` check."""
         started = time.monotonic()
         outcome = ToolOutcome(name=name, call_id=call_id, arguments={}, ok=False)
         try:
@@ -173,6 +203,8 @@ class ToolRunner:
                 raise ToolError(f"unknown tool {name!r}; available tools: "
                                 f"{', '.join(sorted(self.playbook.tools)) or 'none'}")
             outcome.arguments = self.check_arguments(name, raw_arguments)
+            if said is not None:
+                self.check_said(name, outcome.arguments, said)
             handler = self.playbook.tools[name].handler
             if isinstance(handler, PythonHandler):
                 result = await self._run_python(name, handler, outcome.arguments, call_id,

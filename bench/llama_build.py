@@ -56,9 +56,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     if args.model is None:
-        from voice_server.llm.local import default_gguf_path
+        from voice_server.llm.local import tiny_gguf_path
 
-        args.model = str(default_gguf_path())
+        args.model = str(tiny_gguf_path())
     builds = {"portable": args.portable, "native": args.native}
     result: dict = {"model": Path(args.model).name, "rounds": args.rounds, "threads": {}}
     for threads in [int(t) for t in args.threads.split(",")]:

@@ -359,7 +359,7 @@ async def main() -> None:
     skip = set(filter(None, args.skip.split(",")))
 
     from tests.support.fake_openai import FakeOpenAI
-    from voice_server.llm.local import default_gguf_path
+    from voice_server.llm.local import tiny_gguf_path
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -376,7 +376,7 @@ async def main() -> None:
     llama_port = free_port()
     llama = subprocess.Popen(  # noqa: ASYNC220 (a long-lived server, never waited on the loop)
         [llama_python, "-m", "llama_cpp.server",
-         "--model", str(default_gguf_path()), "--host", "127.0.0.1", "--port", str(llama_port),
+         "--model", str(tiny_gguf_path()), "--host", "127.0.0.1", "--port", str(llama_port),
          "--n_threads", str(args.llm_threads), "--n_threads_batch", str(args.llm_threads),
          # its default cuts a running stream short when another request comes in: with
          # concurrent sessions, answers went missing on both systems

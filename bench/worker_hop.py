@@ -33,7 +33,7 @@ async def main() -> None:
     args = ap.parse_args()
 
     from voice_server.compute import ComputePool
-    from voice_server.llm.local import LocalLlamaProvider, default_gguf_path
+    from voice_server.llm.local import LocalLlamaProvider, tiny_gguf_path
     from voice_server.llm.local_engine import SamplingParams
     from voice_server.llm.local_model import LlamaService
     from voice_server.llm.types import ChatRequest
@@ -44,7 +44,7 @@ async def main() -> None:
     pool = ComputePool(2)
     piper = PiperService(voice=str(default_piper_voice()))
     whisper = WhisperService(model=str(default_whisper_dir()))
-    llama = LlamaService(model_path=str(default_gguf_path()), others=pool.shared)
+    llama = LlamaService(model_path=str(tiny_gguf_path()), others=pool.shared)
     tts, stt = PiperTTS(pool), WhisperSTT(pool)
     llm = LocalLlamaProvider(others=pool.shared)
     await asyncio.gather(tts.load(), stt.load(), llm.load())

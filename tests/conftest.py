@@ -11,6 +11,12 @@ import pytest
 
 TIME_FACTOR = float(os.environ.get("VOICE_TEST_TIME_FACTOR", "1"))
 
+# Tests of the machinery (turns, workers, transports, playbooks) run the 135M model: it is
+# ~6x faster than the default 'medium' profile, which keeps the suite within 15 minutes on 2
+# cores. Servers started by tests inherit this; the test of the default's answers
+# (tests/integration/test_quality_bench.py) removes it.
+os.environ.setdefault("VOICE_SERVER_LLM_PROFILE", "tiny")
+
 
 def scaled(seconds: float) -> float:
     """Timeouts scale with VOICE_TEST_TIME_FACTOR on slow machines."""

@@ -142,7 +142,7 @@ class Settings(BaseSettings):
     llm_api_key: str | None = Field(None, description="API key for the endpoint")
     llm_model: str | None = Field(None, description="model name for the endpoint")
     llm_profile: Literal["tiny", "small", "medium"] = Field(
-        "tiny", description="bundled model of the local provider: 'tiny' (SmolLM2-135M, "
+        "medium", description="bundled model of the local provider: 'tiny' (SmolLM2-135M, "
                             "fastest, often wrong), 'small' (Qwen2.5-Coder-0.5B) or 'medium' "
                             "(Qwen2.5-Coder-1.5B, right most often, slowest)")
     llm_model_path: str | None = Field(None, description="GGUF file for the local provider "
@@ -150,7 +150,9 @@ class Settings(BaseSettings):
     llm_vision: bool = Field(False, description="the endpoint's model accepts images")
     llm_timeout_s: float = Field(30.0, gt=0, description="LLM request timeout")
     llm_max_tokens: int = Field(160, ge=1, description="longest spoken answer in tokens")
-    llm_temperature: float = Field(0.3, ge=0, le=2, description="sampling temperature")
+    llm_temperature: float = Field(0.0, ge=0, le=2, description="sampling temperature (0: "
+                                   "the likeliest word each time, the most accurate answers "
+                                   "of the bundled models in bench/quality.py)")
     llm_threads: int = Field(2, ge=1, description="CPU threads for the local model's prompt "
                              "evaluation while no STT/TTS runs (decoding uses one)")
     llm_slots: int = Field(4, ge=1, le=64, description="answers the local model serves at once, "

@@ -4,6 +4,7 @@ server and models; every turn is judged and timed."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,9 +17,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_small_subset_is_judged_and_timed(tmp_path: Path) -> None:
+    """With the server's defaults (the default LLM profile, not the tests' tiny one): three
+    questions, a memory case and one spoken booking with the restaurant playbook."""
     out = tmp_path / "quality.json"
+    env = {k: v for k, v in os.environ.items() if k != "VOICE_SERVER_LLM_PROFILE"}
     subprocess.run([sys.executable, str(ROOT / "bench" / "quality.py"), "--limit", "3",
-                    "--json", str(out)], check=True, capture_output=True, timeout=600)
+                    "--bookings", "1", "--json", str(out)], check=True, capture_output=True,
+                   timeout=900, env=env)
     (profile,) = json.loads(out.read_text())["profiles"]
     assert profile["profile"] == "default" and profile["questions"] == 3
     right = 3 - sum("question" in m for m in profile["misses"])
@@ -27,3 +32,6 @@ def test_a_small_subset_is_judged_and_timed(tmp_path: Path) -> None:
     # every turn finished (no server error); a miss is a judged answer, not a failure
     assert {m["miss"] for m in profile["misses"]} <= {"wrong", "empty", "loops", "not English"}
     assert 0 < profile["turn_s"]["p50"] < 30
+    bookings = profile["bookings"]
+    assert bookings["runs"] == 1 and 0 < bookings["turn_s"]["p50"] < 60
+    assert all(t["error"] is None for r in bookings["failed"] for t in r["turns"])

@@ -122,8 +122,8 @@ CASES = [
      "allowed ('c' was unexpected); a: 'x' is not of type 'integer'. Call add again with "
      "arguments matching its schema"),
     ("unknown tool", "nope", "{}", False,
-     "unknown tool 'nope'; available tools: add, broken, greet, greet_caller, hook, hook_bad, hook_get, "
-     "hook_slow, lenient, missing, odd, slow"),
+     "unknown tool 'nope'; available tools: add, broken, greet, greet_caller, hook, hook_bad, "
+     "hook_get, hook_slow, lenient, missing, odd, slow"),
     ("timeout", "slow", "{}", False, "tool slow timed out after 0.05 s"),
     ("exception", "broken", "{}", False, "tool broken failed: RuntimeError: database is down"),
     ("handler rejects arguments", "lenient", '{"z": 1}', False, "tool lenient rejected its "

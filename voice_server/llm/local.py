@@ -26,13 +26,13 @@ from .local_tools import ToolCallSplitter, forced_tools, tool_grammar
 from .profiles import profile_model_path
 from .types import ChatRequest, ChatResult, StreamEvent, Usage
 
-__all__ = ["LocalLlamaProvider", "default_gguf_path"]
+__all__ = ["LocalLlamaProvider", "tiny_gguf_path"]
 
 TOOL_CALL_TOKENS = 256  # the least room an answer that may call tools gets
 
 
-def default_gguf_path() -> Path:
-    """The default profile's (``tiny``) GGUF file."""
+def tiny_gguf_path() -> Path:
+    """The ``tiny`` profile's GGUF file (SmolLM2-135M: the benchmarks' shared model)."""
     return profile_model_path("tiny")
 
 

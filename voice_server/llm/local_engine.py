@@ -8,6 +8,8 @@ needs more room than is free, the caches of idle slots are dropped, least recent
 first. A request takes the free slot whose cached tokens
 share the longest prefix with its prompt, and only the rest of the prompt is evaluated. A
 session's next turn finds its own history there, so it pays for the new user message only;
+a new conversation shares the cells of the longest prefix another slot holds (the system
+prompt, a playbook's tool list) instead of evaluating it again;
 with one shared cache (the high-level ``Llama`` object), four sessions took turns evicting each
 other and paid for their whole history every turn (~4 ms per token on 2 cores). llama.cpp's
 server does the same with ``--parallel`` and ``--cache-prompt``.
@@ -56,6 +58,7 @@ from .types import StreamEvent, Usage
 __all__ = ["GIVE_WAY_S", "Generation", "LlamaEngine", "OtherWork", "SamplingParams"]
 
 GIVE_WAY_S = 0.2  # longest wait of a later-tokens step for urgent STT/TTS work
+SHARE_MIN_TOKENS = 16  # a shorter prefix is not worth taking from another slot
 
 
 class OtherWork(Protocol):
@@ -293,8 +296,16 @@ class LlamaEngine:
                 f"holds {self.n_ctx}", provider="local"))
             return
         keep = min(_common(slot.tokens, gen.prompt), len(gen.prompt) - 1)
+        donor, shared = self._best_prefix(slot, gen.prompt)
         with self.model_lock:
-            if not self._c.llama_memory_seq_rm(self._memory, slot.id, keep, -1):
+            if donor is not None and shared > keep + SHARE_MIN_TOKENS:
+                # another conversation holds a longer prefix (the system prompt, a playbook's
+                # tools): share its cells instead of evaluating them again
+                self._c.llama_memory_seq_rm(self._memory, slot.id, -1, -1)
+                self._c.llama_memory_seq_cp(self._memory, donor.id, slot.id, 0, shared)
+                slot.tokens[:] = gen.prompt[:shared]
+                keep = shared
+            elif not self._c.llama_memory_seq_rm(self._memory, slot.id, keep, -1):
                 keep = 0
                 self._c.llama_memory_seq_rm(self._memory, slot.id, -1, -1)
         del slot.tokens[keep:]
@@ -307,6 +318,16 @@ class LlamaEngine:
         except Exception as exc:  # a grammar llama.cpp does not accept
             self._finish(gen, error=LLMBadRequest(f"cannot use the tools' grammar: {exc}",
                                                   provider="local"))
+
+    def _best_prefix(self, slot: _Slot, prompt: list[int]) -> tuple[_Slot | None, int]:
+        """The other slot sharing the longest prefix with ``prompt``, and its length."""
+        best: tuple[_Slot | None, int] = (None, 0)
+        for other in self._slots:
+            if other is not slot:
+                common = min(_common(other.tokens, prompt), len(prompt) - 1)
+                if common > best[1]:
+                    best = (other, common)
+        return best
 
     def _choose(self) -> tuple[list[tuple[Generation, _Slot]], bool]:
         """First piece first: answers still in their first tokens go alone (called locked).

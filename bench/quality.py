@@ -175,7 +175,8 @@ def espeak_wavs(texts: list[str]) -> dict[str, bytes]:
 
 
 # ---- one turn over the WebSocket ---------------------------------------------------------------
-async def ask(ws: Any, wav: bytes) -> dict[str, Any]:
+async def ask(ws: Any, wav: bytes, seen: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One spoken turn; playbook events (stage changes, tool calls) go to ``seen``."""
     started = time.monotonic()
     await ws.send(json.dumps({"type": "audio", "data": base64.b64encode(wav).decode()}))
     turn: dict[str, Any] = {"transcript": "", "answer": "", "error": None}
@@ -183,7 +184,9 @@ async def ask(ws: Any, wav: bytes) -> dict[str, Any]:
         while True:
             msg = json.loads(await ws.recv())
             kind = msg["type"]
-            if kind == "transcript" and msg.get("isFinal"):
+            if seen is not None and kind in ("stage-change", "tool-call-start", "tool-call-end"):
+                seen.append(msg)
+            elif kind == "transcript" and msg.get("isFinal"):
                 turn["transcript"] = msg["text"]
                 if not msg["text"].strip():  # heard nothing: the server answers nothing
                     break
@@ -221,31 +224,6 @@ def caller_lines(caller: tuple[Any, ...]) -> list[str]:
             *FOLLOW_UPS]
 
 
-async def booking_turn(ws: Any, wav: bytes, seen: list[dict[str, Any]]) -> dict[str, Any]:
-    """One spoken turn of a playbook call; playbook events go to ``seen``."""
-    started = time.monotonic()
-    await ws.send(json.dumps({"type": "audio", "data": base64.b64encode(wav).decode()}))
-    turn: dict[str, Any] = {"transcript": "", "answer": "", "error": None}
-    async with asyncio.timeout(120):
-        while True:
-            msg = json.loads(await ws.recv())
-            if msg["type"] in ("stage-change", "tool-call-start", "tool-call-end"):
-                seen.append(msg)
-            elif msg["type"] == "transcript" and msg.get("isFinal"):
-                turn["transcript"] = msg["text"]
-                if not msg["text"].strip():
-                    break
-            elif msg["type"] == "llm":
-                turn["answer"] = msg["text"]
-            elif msg["type"] == "error":
-                turn["error"] = msg["code"]
-                break
-            elif msg["type"] == "tts-complete":
-                break
-    turn["seconds"] = round(time.monotonic() - started, 2)
-    return turn
-
-
 async def booking_run(url: str, caller: tuple[Any, ...], wavs: dict[str, bytes]) -> dict[str, Any]:
     _, size, _, hhmm, name = caller
     seen: list[dict[str, Any]] = []
@@ -253,7 +231,7 @@ async def booking_run(url: str, caller: tuple[Any, ...], wavs: dict[str, bytes])
     async with websockets.connect(f"{url}?playbook=restaurant", max_size=None) as ws:
         await ws.recv()
         for line in caller_lines(caller):
-            turns.append(await booking_turn(ws, wavs[line], seen))
+            turns.append(await ask(ws, wavs[line], seen))
             if len(turns) == 1:
                 first_events = list(seen)
             if any(m["type"] == "stage-change" and m["to"] == "confirmation" for m in seen):

@@ -212,8 +212,9 @@ async def test_an_argument_the_caller_never_said_is_refused() -> None:
         unchecked = await tools.run("greet_caller", {"name": "John Doe"}, call_id="c3")
         [spec] = tools.specs(["greet_caller"])
     assert not guessed.ok
-    assert guessed.error == ("the caller has not said the name ('John Doe' is a guess): ask "
-                             "the caller for it, then call greet_caller again")
+    assert guessed.error == ("the caller has not said the name ('John Doe' is a guess). Do not "
+                             'call greet_caller yet. Say to the caller: "What is your name, '
+                             'please?"')
     assert heard.ok and heard.result.startswith("hello anna smith")
     assert unchecked.ok  # no transcript given: nothing to check against
     assert spec["function"]["parameters"]["properties"]["name"] == {"type": "string"}

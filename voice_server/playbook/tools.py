@@ -189,8 +189,9 @@ class ToolRunner:
                     not isinstance(value, str | int):
                 continue
             if not set(_WORDS.findall(str(value).lower())) <= heard:
-                raise ToolError(f"the caller has not said the {key} ({value!r} is a guess): "
-                                f"ask the caller for it, then call {name} again")
+                raise ToolError(f"the caller has not said the {key} ({value!r} is a guess). "
+                                f"Do not call {name} yet. Say to the caller: \"What is your "
+                                f"{key.replace('_', ' ')}, please?\"")
 
     async def run(self, name: str, raw_arguments: str | dict[str, Any], *, call_id: str,
                   data: dict[str, Any] | None = None, said: str | None = None) -> ToolOutcome:

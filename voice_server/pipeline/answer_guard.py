@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["DEFAULT_FALLBACK", "AnswerGuard"]
+from ..config import DEFAULT_FALLBACK
 
-DEFAULT_FALLBACK = "Sorry, I missed that. Could you say it again?"
+__all__ = ["DEFAULT_FALLBACK", "AnswerGuard"]
 
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
 _SENTENCE_END = re.compile(r"[.!?…]+(?=\s|$)")

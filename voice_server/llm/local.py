@@ -130,10 +130,7 @@ class LocalLlamaProvider:
             self.worker.tell("cancel", stream.rid)
 
     async def complete(self, request: ChatRequest) -> ChatResult:
-        self._check_model(request)
-        return await self._collect(request)
-
-    async def _collect(self, request: ChatRequest) -> ChatResult:
+        """The streamed answer, collected (tool calls included)."""
         parts: list[str] = []
         done = StreamEvent(done=True)
         async for event in self.stream(request):

@@ -406,6 +406,8 @@ class LlamaEngine:
         """Drop idle slots' caches, least recently used first, until the cached tokens fit
         (called on the engine thread, ``slot.tokens`` already counting the step's batch)."""
         used = sum(len(s.tokens) for s in self._slots)
+        if used <= self.n_ctx:  # the usual case, every step: nothing to drop
+            return
         idle = sorted((s for s in self._slots if not s.busy and s.tokens),
                       key=lambda s: s.used_at)
         while used > self.n_ctx and idle:

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..config import Settings
 from ..llm import ChatRequest, LLMError, LLMRouter, LLMTimeout, Usage
 from ..metrics import TurnRecord
 from ..protocol import (
@@ -71,14 +72,16 @@ class HistoryWindow:
     messages: int = 40
     chars: int = 16_000
 
+    @classmethod
+    def from_settings(cls, settings: Settings) -> HistoryWindow:
+        return cls(settings.max_history_messages, settings.max_history_chars)
+
 
 DEFAULT_WINDOW = HistoryWindow()
 
 
 def _size(message: dict[str, Any]) -> int:
-    content = message.get("content")
-    size = len(content) if isinstance(content, str) else len(str(content or ""))
-    return size + len(str(message.get("tool_calls") or ""))
+    return len(str(message.get("content") or "")) + len(str(message.get("tool_calls") or ""))
 
 
 def llm_messages(history: list[dict[str, Any]],

@@ -88,8 +88,7 @@ def _chat(args: argparse.Namespace) -> int:
         router = build_router(settings)
         try:
             return await run_chat(playbook, router, _stdin_lines(), sys.stdout,
-                                  window=HistoryWindow(settings.max_history_messages,
-                                                       settings.max_history_chars),
+                                  window=HistoryWindow.from_settings(settings),
                                   timeout_s=settings.llm_timeout_s)
         finally:
             await router.aclose()

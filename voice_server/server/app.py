@@ -61,8 +61,7 @@ class VoiceServer:
         self.new_chunker = functools.partial(
             SentenceChunker, first_max_words=settings.tts_first_piece_words,
             max_chars=settings.tts_max_piece_chars)
-        self.history_window = HistoryWindow(settings.max_history_messages,
-                                            settings.max_history_chars)
+        self.history_window = HistoryWindow.from_settings(settings)
         self.new_guard = functools.partial(
             AnswerGuard, max_chars=settings.answer_max_chars, fallback=settings.empty_answer_text)
         self.router = build_router(settings, others=self.pool.shared,

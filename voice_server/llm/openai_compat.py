@@ -97,6 +97,8 @@ class OpenAICompatProvider:
                 params["tool_choice"] = request.tool_choice
         if request.stop:
             params["stop"] = request.stop
+        if request.response_format is not None:
+            params["response_format"] = request.response_format
         if request.timeout_s is not None:
             params["timeout"] = request.timeout_s
         return params

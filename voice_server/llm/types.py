@@ -52,6 +52,9 @@ class ChatRequest:
     tool_choice: str | dict[str, Any] | None = None
     stop: list[str] | None = None
     timeout_s: float | None = None
+    # OpenAI's structured output: {"type": "json_schema", "json_schema": {"name", "schema"}};
+    # the answer's text is then one JSON value matching the schema
+    response_format: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

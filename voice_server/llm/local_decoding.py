@@ -15,13 +15,20 @@ always parse and match their schema's types, required keys and patterns. With
 ``tool_choice`` "required" or a named function, the grammar applies from the first token.
 
 ``ToolCallSplitter`` separates a streamed answer into the text to speak (a "let me check"
-preamble) and the calls, which are parsed when the answer ends.
+preamble) and the calls, which are parsed when the answer ends; ``StopText`` decodes the
+streamed tokens and stops at a stop string.
+
+A named ``tool_choice`` writes the call's opening into the prompt (``forced_call``); a
+structured answer (``response_format``) is grammar-constrained too (``json_grammar``), and one
+of fixed keys is written in parts, its keys read and its values generated (``json_template``).
+Greedy grammar answers check the likeliest token first (``sample_token``).
 
 Issue 18, item 4 ("Tool calls that validate").
 """
 
 from __future__ import annotations
 
+import codecs
 import ctypes
 import json
 import uuid
@@ -32,9 +39,9 @@ import numpy as np
 
 from .types import ToolCall
 
-__all__ = ["OPEN", "TRIGGERS", "ToolCallSplitter", "chat_formatter", "forced_call", "forced_tools",
-           "json_grammar", "json_template", "sample_token", "sampler", "template_messages",
-           "tool_grammar", "tools_system_text"]
+__all__ = ["OPEN", "TRIGGERS", "StopText", "ToolCallSplitter", "chat_formatter", "forced_call",
+           "forced_tools", "json_grammar", "json_template", "sample_token", "sampler",
+           "template_messages", "tool_grammar", "tools_system_text"]
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 
@@ -157,6 +164,32 @@ def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             message = {**message, "tool_calls": calls, "content": message.get("content") or ""}
         out.append(message)
     return out
+
+
+class StopText:
+    """Streams decoded text, holding back a tail that may be the start of a stop string."""
+
+    def __init__(self, stop: tuple[str, ...]) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._stop = tuple(s for s in stop if s)
+        self._held = ""
+
+    def push(self, piece: bytes) -> tuple[str, bool]:
+        """Add a token's bytes; return (text that is safe to deliver, a stop string was hit)."""
+        self._held += self._decoder.decode(piece)
+        hits = [i for s in self._stop if (i := self._held.find(s)) >= 0]
+        if hits:
+            out, self._held = self._held[:min(hits)], ""
+            return out, True
+        keep = max((k for s in self._stop for k in range(1, len(s))
+                    if self._held.endswith(s[:k])), default=0)
+        cut = len(self._held) - keep
+        out, self._held = self._held[:cut], self._held[cut:]
+        return out, False
+
+    def flush(self) -> str:
+        out, self._held = self._held + self._decoder.decode(b"", final=True), ""
+        return out
 
 
 class ToolCallSplitter:

@@ -41,7 +41,6 @@ sampling); readers only enqueue, cancel, and give back hand-off credit.
 
 from __future__ import annotations
 
-import codecs
 import collections
 import ctypes
 import logging
@@ -52,7 +51,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from .errors import LLMBadRequest, LLMError
-from .local_decoding import OPEN, chat_formatter, sample_token, sampler
+from .local_decoding import OPEN, StopText, chat_formatter, sample_token, sampler
 from .types import StreamEvent, Usage
 
 __all__ = ["GIVE_WAY_S", "Generation", "LlamaEngine", "OtherWork", "SamplingParams"]
@@ -89,32 +88,6 @@ class SamplingParams:
     segments: tuple[tuple[str, str], ...] = ()
 
 
-class _StopText:
-    """Streams decoded text, holding back a tail that may be the start of a stop string."""
-
-    def __init__(self, stop: tuple[str, ...]) -> None:
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._stop = tuple(s for s in stop if s)
-        self._held = ""
-
-    def push(self, piece: bytes) -> tuple[str, bool]:
-        """Add a token's bytes; return (text that is safe to deliver, a stop string was hit)."""
-        self._held += self._decoder.decode(piece)
-        hits = [i for s in self._stop if (i := self._held.find(s)) >= 0]
-        if hits:
-            out, self._held = self._held[:min(hits)], ""
-            return out, True
-        keep = max((k for s in self._stop for k in range(1, len(s))
-                    if self._held.endswith(s[:k])), default=0)
-        cut = len(self._held) - keep
-        out, self._held = self._held[:cut], self._held[cut:]
-        return out, False
-
-    def flush(self) -> str:
-        out, self._held = self._held + self._decoder.decode(b"", final=True), ""
-        return out
-
-
 class Generation:
     """One answer in progress. Created by ``LlamaEngine.submit``; its reader calls
     ``consumed()`` for each text delta it takes and ``LlamaEngine.cancel`` when it stops."""
@@ -134,7 +107,7 @@ class Generation:
         self.max_tokens = params.max_tokens
         self.slot: _Slot | None = None
         self.sampler: Any = None
-        self.text = _StopText(params.stop)
+        self.text = StopText(params.stop)
         self.segments = list(params.segments)  # parts still to write (SamplingParams.segments)
         self.finished = False
 
@@ -287,7 +260,7 @@ class LlamaEngine:
             gen.finished = True
             gen.deliver(LLMBadRequest(f"cannot format the prompt: {exc}", provider="local"))
             return False
-        gen.text = _StopText((*gen.params.stop, *stop))
+        gen.text = StopText((*gen.params.stop, *stop))
         return True
 
     def _admit(self, gen: Generation, slot: _Slot) -> None:

@@ -11,7 +11,9 @@ and timed from the audio sent to `tts-complete` (the whole turn, the answer spok
 Booking runs: a caller books a table with the bundled `restaurant` playbook in spoken turns
 (ten callers: other names, times and party sizes). The first turn asks for a table without
 saying when: the agent must ask, not invent a time. A run succeeds when `book_table` succeeds
-(the `confirmation` stage) within six turns, with the caller's time, party size and name.
+(the `confirmation` stage) within six turns, with the caller's time, party size and name. Two
+callers ask for 20:00, which the playbook's tool always reports as fully booked: they then ask
+for another time, and that one must be booked.
 
 Prints JSON per profile: accuracy, heard, memory, turn time (p50, mean), bookings, and every
 miss.
@@ -195,6 +197,8 @@ async def ask(ws: Any, wav: bytes, seen: list[dict[str, Any]] | None = None) -> 
             elif kind == "error":
                 turn["error"] = msg["code"]
                 break
+            elif kind == "tts-chunk" and "first_audio_s" not in turn:
+                turn["first_audio_s"] = round(time.monotonic() - started, 2)
             elif kind == "tts-complete":
                 break
     turn["seconds"] = round(time.monotonic() - started, 2)
@@ -202,9 +206,9 @@ async def ask(ws: Any, wav: bytes, seen: list[dict[str, Any]] | None = None) -> 
 
 
 # ---- booking runs with the restaurant playbook -------------------------------------------------
-CALLERS = [  # party (spoken, number), time (spoken, HH:MM), name
+CALLERS = [  # party (spoken, number), time (spoken, HH:MM), name[, time when that one is full]
     ("two", 2, "seven thirty in the evening", "19:30", "Mario Rossi"),
-    ("four", 4, "eight o'clock tonight", "20:00", "Anna Smith"),
+    ("four", 4, "eight o'clock tonight", "20:00", "Anna Smith", ("nine o'clock", "21:00")),
     ("three", 3, "seven in the evening", "19:00", "John Baker"),
     ("six", 6, "half past eight in the evening", "20:30", "Laura Chen"),
     ("two", 2, "nine o'clock tonight", "21:00", "Peter Brown"),
@@ -212,20 +216,24 @@ CALLERS = [  # party (spoken, number), time (spoken, HH:MM), name
     ("four", 4, "seven fifteen tonight", "19:15", "David Miller"),
     ("three", 3, "eight thirty tonight", "20:30", "Sarah Wilson"),
     ("two", 2, "six o'clock in the evening", "18:00", "James Taylor"),
-    ("eight", 8, "eight in the evening", "20:00", "Emma Davis"),
+    ("eight", 8, "eight in the evening", "20:00", "Emma Davis", ("half past eight", "20:30")),
 ]
 OPENING = "Hello, I would like to book a table, please."
 FOLLOW_UPS = ("Yes, please book it.", "Please go ahead and book the table.")
+# playbooks/tools/restaurant.py: 20:00 is always fully booked, so those two callers hear "no
+# table" and then ask for another time: the run must book that one.
 
 
 def caller_lines(caller: tuple[Any, ...]) -> list[str]:
-    party, _, when, _, name = caller
+    party, _, when, _, name, *full = caller
+    other = [f"Then {full[0][0]}, please."] if full else []
     return [OPENING, f"A table for {party} people at {when}, please.", f"My name is {name}.",
-            *FOLLOW_UPS]
+            *other, *FOLLOW_UPS]
 
 
 async def booking_run(url: str, caller: tuple[Any, ...], wavs: dict[str, bytes]) -> dict[str, Any]:
-    _, size, _, hhmm, name = caller
+    _, size, _, hhmm, name, *full = caller
+    hhmm = full[0][1] if full else hhmm
     seen: list[dict[str, Any]] = []
     turns: list[dict[str, Any]] = []
     async with websockets.connect(f"{url}?playbook=restaurant", max_size=None) as ws:
@@ -250,7 +258,8 @@ async def booking_run(url: str, caller: tuple[Any, ...], wavs: dict[str, bytes])
         "asked_for_time": "?" in first and not any(  # no time invented in the first turn
             m["type"] == "tool-call-start" and m["name"] in ("check_availability", "book_table")
             for m in first_events),
-        "turns": [{k: t[k] for k in ("transcript", "answer", "error", "seconds")} for t in turns],
+        "turns": [{k: t.get(k) for k in ("transcript", "answer", "error", "first_audio_s",
+                                         "seconds")} for t in turns],
         "tools": [{"name": c["name"], "arguments": c["arguments"]} for c in calls.values()],
     }
 
@@ -259,12 +268,16 @@ def bookings_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     if not runs:
         return {}
     times = [t["seconds"] for r in runs for t in r["turns"]]
+    firsts = [t.get("first_audio_s", t["seconds"]) for r in runs for t in r["turns"]]
     return {
         "runs": len(runs), "booked": sum(r["booked"] for r in runs),
         "booked_right": sum(r["right"] for r in runs),
         "asked_for_time": sum(r["asked_for_time"] for r in runs),
         "turn_s": {"p50": round(statistics.median(times), 2),
                    "mean": round(statistics.mean(times), 2), "max": max(times)},
+        "first_audio_s": {"p50": round(statistics.median(firsts), 2),
+                          "mean": round(statistics.mean(firsts), 2), "max": max(firsts)},
+        "all_turns": [[t.get("first_audio_s"), t["seconds"]] for r in runs for t in r["turns"]],
         "failed": [r for r in runs if not r["right"]],
     }
 
@@ -287,7 +300,7 @@ async def run_profile(name: str, overrides: dict[str, Any], speech: dict[str, di
                 heard = set(heard_words) <= words(turn["transcript"])
                 results.append({"voice": voice, "question": question, **turn, "heard": heard,
                                 "miss": turn["error"] or judge(turn["answer"], accepted)})
-            for first, second, accepted in MEMORY[:max(1, limit // 10)]:
+            for first, second, accepted in MEMORY[:max(1, limit // 10) if limit else 0]:
                 async with websockets.connect(url, max_size=None) as ws:
                     await ws.recv()
                     await ask(ws, wavs[first])
@@ -296,11 +309,12 @@ async def run_profile(name: str, overrides: dict[str, Any], speech: dict[str, di
                                "miss": turn["error"] or judge(turn["answer"], accepted)})
         voice = next(iter(speech))
         runs = [await booking_run(url, caller, speech[voice]) for caller in CALLERS[:bookings]]
-    times = [r["seconds"] for r in results]
+    times = [r["seconds"] for r in results] or [0.0]
+    asked = max(1, len(results))
     return {
         "profile": name, "settings": overrides, "questions": len(results),
-        "accuracy": round(sum(r["miss"] is None for r in results) / len(results), 3),
-        "heard": round(sum(r["heard"] for r in results) / len(results), 3),
+        "accuracy": round(sum(r["miss"] is None for r in results) / asked, 3),
+        "heard": round(sum(r["heard"] for r in results) / asked, 3),
         "by_voice": {v: round(sum(r["miss"] is None for r in results if r["voice"] == v)
                               / max(1, sum(r["voice"] == v for r in results)), 3)
                      for v in speech},

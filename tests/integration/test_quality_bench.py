@@ -34,4 +34,6 @@ def test_a_small_subset_is_judged_and_timed(tmp_path: Path) -> None:
     assert 0 < profile["turn_s"]["p50"] < 30
     bookings = profile["bookings"]
     assert bookings["runs"] == 1 and 0 < bookings["turn_s"]["p50"] < 60
+    # the playbook's `collect` asks for what is missing and books (Mario Rossi, 19:30, two)
+    assert bookings["booked"] == 1 and bookings["asked_for_time"] == 1, bookings
     assert all(t["error"] is None for r in bookings["failed"] for t in r["turns"])

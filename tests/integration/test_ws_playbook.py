@@ -11,46 +11,52 @@ import pytest
 import websockets
 
 from tests.integration.conftest import Client, ws_url
-from tests.support.fake_openai import Reply
 
 pytestmark = pytest.mark.slow
 
 
-async def test_playbook_voice_turn_emits_tool_and_stage_events(scripted_server, fake_llm,
-                                                               make_speech):
-    """Speaking a booking request moves greeting -> booking (keyword), runs the tool, then
-    speaks the answer: stage-change, tool-call-start, tool-call-end{durationMs}, llm, tts."""
-    fake_llm.add(
-        Reply(tool_calls=[{"name": "check_availability",
-                           "arguments": {"time": "19:00", "party_size": 2}}]),
-        "We have a table for two at seven. May I have your name?")
+async def test_playbook_voice_turns_collect_book_and_emit_events(scripted_server, fake_llm,
+                                                                 make_speech):
+    """Speaking a booking request moves greeting -> booking (keyword); the engine notes the
+    party size and asks for the time; the next turn gives it with a name, and the engine books:
+    tool-call-start, tool-call-end{durationMs}, stage-change, llm, tts, in that order."""
+    fake_llm.add('{"name": null, "time": null, "party_size": 2}',
+                 '{"name": "Peter", "time": "19:00", "party_size": null}',
+                 "Your table for two at seven is booked, Peter.")
     url = ws_url(scripted_server) + "?playbook=restaurant"
     async with websockets.connect(url, max_size=None) as ws:
         client = Client(ws)
         ready = await client.recv()
         wav = make_speech("Can I reserve a table for two people, please?")
         await client.send({"type": "audio", "data": base64.b64encode(wav).decode()})
-        messages = await client.until("tts-complete", timeout=90)
-    kinds = [m["type"] for m in messages]
-    heard = messages[0]["text"].lower()
+        first = await client.until("tts-complete", timeout=90)
+        wav = make_speech("Seven in the evening, please. My name is Peter.")
+        await client.send({"type": "audio", "data": base64.b64encode(wav).decode()})
+        second = await client.until("tts-complete", timeout=90)
+    heard = first[0]["text"].lower()
     assert "table" in heard or "reserve" in heard, heard
-    stage = next(m for m in messages if m["type"] == "stage-change")
-    assert stage == {"type": "stage-change", "from": "greeting", "to": "booking",
-                     "reason": "keyword_match"}
-    start = next(m for m in messages if m["type"] == "tool-call-start")
-    end = next(m for m in messages if m["type"] == "tool-call-end")
-    assert start["name"] == "check_availability"
-    assert start["arguments"] == {"time": "19:00", "party_size": 2}
+    assert next(m for m in first if m["type"] == "stage-change") == {
+        "type": "stage-change", "from": "greeting", "to": "booking", "reason": "keyword_match"}
+    assert next(m for m in first if m["type"] == "llm")["text"] == \
+        "At what time would you like the table?"
+    assert "peter" in second[0]["text"].lower(), second[0]
+    kinds = [m["type"] for m in second]
+    start = next(m for m in second if m["type"] == "tool-call-start")
+    end = next(m for m in second if m["type"] == "tool-call-end")
+    assert start["name"] == "book_table"
+    assert start["arguments"] == {"name": "Peter", "party_size": 2, "time": "19:00"}
     assert end["callId"] == start["callId"] and end["durationMs"] >= 0
-    assert end["result"]["available"] is True
-    assert kinds.index("stage-change") < kinds.index("tool-call-start") \
-        < kinds.index("tool-call-end") < kinds.index("llm") < kinds.index("tts-complete")
-    llm = next(m for m in messages if m["type"] == "llm")
-    assert llm["text"] == "We have a table for two at seven. May I have your name?"
+    assert end["result"]["booked"] is True
+    assert kinds.index("tool-call-start") < kinds.index("tool-call-end") \
+        < kinds.index("stage-change") < kinds.index("llm") < kinds.index("tts-complete")
+    llm = next(m for m in second if m["type"] == "llm")
+    assert llm["text"] == "All set! Your table for two at seven is booked, Peter."
     session = await scripted_server.sessions.get(ready["id"])
     assert session.meta["playbook"] == "restaurant"
-    assert session.state["stage"] == "booking"
-    assert [m["role"] for m in session.history] == ["user", "assistant", "tool", "assistant"]
+    assert session.state["stage"] == "confirmation"
+    assert session.state["facts"] == {"name": "Peter", "party_size": 2, "time": "19:00"}
+    assert [m["role"] for m in session.history] == [
+        "user", "assistant", "user", "assistant", "tool", "assistant"]
 
 
 async def test_unknown_playbook_is_reported(scripted_server):

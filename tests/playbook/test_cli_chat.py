@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from tests.support.fake_openai import FakeOpenAI, Reply
+from tests.support.fake_openai import FakeOpenAI
 
 from .conftest import PLAYBOOKS, scaled
 
@@ -17,9 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 async def test_chat_over_a_scripted_endpoint(fake: FakeOpenAI) -> None:
     """Typed lines become turns; tool and stage events and the agent's words are printed."""
     fake.add("Welcome to Luigi's!",
-             Reply(tool_calls=[{"name": "check_availability",
-                                "arguments": {"time": "19:00", "party_size": 2}}]),
-             "A table for two at 19:00 is free.")
+             '{"time": "19:00", "party_size": 2, "name": null}',
+             '{"time": null, "party_size": null, "name": "Ada Lovelace"}',
+             "Booked for two at 19:00, Ada.")
     env = {k: v for k, v in os.environ.items() if not k.startswith("VOICE_SERVER_")}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "voice_server.cli", "playbook", "chat",
@@ -28,7 +28,8 @@ async def test_chat_over_a_scripted_endpoint(fake: FakeOpenAI) -> None:
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, cwd=ROOT, env=env)
     out, err = await asyncio.wait_for(
-        proc.communicate(b"hello\n\nI want to book a table for two at 19:00\n/quit\nignored\n"),
+        proc.communicate(b"hello\n\nI want to book a table for two at 19:00\n"
+                         b"Ada Lovelace\n/quit\nignored\n"),
         scaled(60))
     assert proc.returncode == 0, err.decode()
     lines = out.decode().splitlines()
@@ -37,14 +38,17 @@ async def test_chat_over_a_scripted_endpoint(fake: FakeOpenAI) -> None:
         "agent> Welcome to Luigi's!",
         "(stage: greeting)",
         "[stage-change] greeting -> booking (keyword_match)",
-        '[tool-call-start] check_availability {"time": "19:00", "party_size": 2}',
-        lines[5],
-        "agent> A table for two at 19:00 is free.",
+        "agent> And what name shall I put the booking under?",
         "(stage: booking)",
+        '[tool-call-start] book_table {"name": "Ada Lovelace", "party_size": 2, "time": "19:00"}',
+        lines[7],
+        "[stage-change] booking -> confirmation (tool_result)",
+        "agent> All set! Booked for two at 19:00, Ada.",
+        "(stage: confirmation)",
     ]
-    assert lines[5].startswith("[tool-call-end] ")
-    assert lines[5].endswith(' ms {"available": true, "time": "19:00", "table_seats": 2}')
-    assert len(fake.requests) == 3
+    assert lines[7].startswith("[tool-call-end] ")
+    assert '"booked": true' in lines[7] and '"time": "19:00"' in lines[7]
+    assert len(fake.requests) == 4
 
 
 async def test_chat_refuses_an_invalid_file(tmp_path: Path) -> None:

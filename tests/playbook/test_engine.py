@@ -152,7 +152,8 @@ def test_plan(engine: Engine) -> None:
     LLM options merge stage over globals."""
     st = state("b", data={"name": "Ada"})
     first = engine.plan(st, first_round=True)
-    assert first.system_prompt == 'G\n\nB\n\nKnown so far: {"name": "Ada"}'
+    assert first.system_prompt == "G\n\nB"  # the same for every session: cached
+    assert first.context == 'Known so far: {"name": "Ada"}'
     assert first.tools == ("g", "t1", "t2")
     assert (first.tool_choice, engine.plan(st, first_round=False).tool_choice) == \
         ("required", "auto")

@@ -80,7 +80,8 @@ CASES = [
       "(got 0)"]),
     ("unknown field", GOOD.replace("  end: {}", "  end: {system_promt: Bye}"),
      ["pb.yaml:5:9: stages.end.system_promt: unknown field 'system_promt' (expected one of: "
-      "llm, max_turns, on_enter, system_prompt, timeout_s, tool_choice, tools, turn_taking)"]),
+      "collect, llm, max_turns, on_enter, system_prompt, timeout_s, tool_choice, tools, "
+      "turn_taking)"]),
     ("missing field", GOOD.replace("initial_stage: start\n", ""),
      ["pb.yaml:1:1: missing required field 'initial_stage'"]),
     ("two conditions", GOOD.replace("{tool_called: lookup}",

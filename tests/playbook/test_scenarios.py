@@ -26,7 +26,7 @@ TURN_KEYS = {"user", "llm", "expect", "after_s"}
 EXPECT_KEYS = {"tools", "stage_changes", "events", "stage", "reply", "reply_contains", "data",
                "interruptible", "requests"}
 REQUEST_KEYS = {"tools", "tool_choice", "system_contains", "messages",
-                "last_tool_content_contains"}
+                "last_tool_content_contains", "json_schema", "context_contains"}
 
 
 def _subset(expected: Any, actual: Any) -> bool:
@@ -123,6 +123,13 @@ async def test_scenario(path: Path, fake: FakeOpenAI, router: LLMRouter,
                     assert request.get("tool_choice") == want["tool_choice"], where
                 if "system_contains" in want:
                     assert want["system_contains"] in request["messages"][0]["content"], where
+                if "context_contains" in want:  # what the session knows, after the history
+                    later = [m["content"] for m in request["messages"][1:]
+                             if m["role"] == "system"]
+                    assert any(want["context_contains"] in c for c in later), f"{where}: {later}"
+                if "json_schema" in want:  # a structured-output answer, by schema name
+                    fmt = request.get("response_format") or {}
+                    assert fmt.get("json_schema", {}).get("name") == want["json_schema"], where
                 if "messages" in want:
                     assert len(request["messages"]) == want["messages"], \
                         f"{where}: {request['messages']}"

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 
-from tests.support.fake_openai import FakeOpenAI, Reply
+from tests.support.fake_openai import FakeOpenAI
 from voice_server.llm import LLMRouter
 from voice_server.metrics import TurnRecord
 from voice_server.pipeline.speech import ChunkMessageOutput
@@ -34,28 +34,30 @@ async def test_turn_with_playbook_events_and_history(fake: FakeOpenAI, router: L
     async def emit(message: Message) -> None:
         sent.append(json.loads(encode(message)))
 
-    fake.add(Reply(tool_calls=[{"name": "check_availability",
-                                "arguments": {"time": "19:00", "party_size": 2}}]),
-             "We have a table at seven. Your name, please?")
+    fake.add('{"name": "Mario Rossi", "time": null, "party_size": null}',
+             "Your table for two at seven is booked, Mario.")
     pb = load_playbook(PLAYBOOKS / "restaurant.yaml")
+    state = {"playbook": "restaurant", "stage": "booking",  # time and party size already given
+             "facts": {"time": "19:00", "party_size": 2}}
     async with PlaybookResponder(pb, router) as responder:
         ctx = TurnContext(history=[], user_message={"role": "user",
-                                                    "content": "Book a table for two at 19:00"},
-                          emit=emit, state={})
+                                                    "content": "It's Mario Rossi"},
+                          emit=emit, state=state)
         turn = Turn(ctx=ctx, responder=responder, tts=SilentTTS(),  # type: ignore[arg-type]
                     output=ChunkMessageOutput(emit), record=TurnRecord(session_id="s1"))
         turn.start()
         await asyncio.wait_for(turn.wait(), scaled(10))
     types = [m["type"] for m in sent]
-    assert types[:3] == ["stage-change", "tool-call-start", "tool-call-end"]
-    assert sent[0] == {"type": "stage-change", "from": "greeting", "to": "booking",
-                       "reason": "keyword_match"}
-    assert sent[1]["name"] == "check_availability" and sent[1]["callId"] == sent[2]["callId"]
-    assert sent[1]["arguments"] == {"time": "19:00", "party_size": 2}
-    assert sent[2]["result"]["available"] is True and sent[2]["durationMs"] >= 0
+    assert types[:3] == ["tool-call-start", "tool-call-end", "stage-change"]
+    assert sent[2] == {"type": "stage-change", "from": "booking", "to": "confirmation",
+                       "reason": "tool_result"}
+    assert sent[0]["name"] == "book_table" and sent[0]["callId"] == sent[1]["callId"]
+    assert sent[0]["arguments"] == {"name": "Mario Rossi", "time": "19:00", "party_size": 2}
+    assert sent[1]["result"]["booked"] is True and sent[1]["durationMs"] >= 0
     assert "llm" in types and types[-1] == "tts-complete"
     roles = [m["role"] for m in turn.committed]
     assert roles == ["user", "assistant", "tool", "assistant"]
-    assert turn.committed[1]["tool_calls"][0]["id"] == sent[1]["callId"]
-    assert turn.committed[3]["content"] == "We have a table at seven. Your name, please?"
-    assert ctx.state["stage"] == "booking"
+    assert turn.committed[1]["tool_calls"][0]["id"] == sent[0]["callId"]
+    assert turn.committed[3]["content"] == \
+        "All set! Your table for two at seven is booked, Mario."
+    assert ctx.state["stage"] == "confirmation"

@@ -21,6 +21,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .collect import sheets
 from .schema import Playbook, Transition
 
 __all__ = [
@@ -50,6 +51,8 @@ class PlaybookState:
     entered_at: float = 0.0  # wall-clock time the stage was entered
     data: dict[str, Any] = field(default_factory=dict)  # collected by `set` actions
     history_from: int = 0  # history index where the playbook's view starts (clear_history)
+    facts: dict[str, Any] = field(default_factory=dict)  # collected by the stage's `collect`
+    called: str = ""  # the arguments of the engine's last `collect` call (not repeated)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -81,9 +84,13 @@ class Decision:
 
 @dataclass(frozen=True)
 class StagePlan:
-    """What the next LLM request of a turn uses in the current stage."""
+    """What the next LLM request of a turn uses in the current stage. ``system_prompt`` is the
+    same on every turn of the stage, for every session (with the tools it is the prompt's
+    prefix, which the model's cache keeps); ``context`` holds what this session knows, sent
+    after the history."""
 
     system_prompt: str
+    context: str
     tools: tuple[str, ...]  # playbook tool names
     transition_tool: dict[str, Any] | None  # the built-in tool spec, when it applies
     tool_choice: str | dict[str, Any] | None
@@ -98,6 +105,7 @@ class Engine:
 
     def __init__(self, playbook: Playbook) -> None:
         self.playbook = playbook
+        self.sheets = sheets(playbook.stages, playbook.tools)  # stages with `collect`
         self._order = sorted(range(len(playbook.transitions)),
                              key=lambda i: (-playbook.transitions[i].priority, i))
 
@@ -117,7 +125,8 @@ class Engine:
                 playbook=self.playbook.id, stage=raw["stage"],
                 stage_turns=int(raw.get("stage_turns", 0)), turns=int(raw.get("turns", 0)),
                 entered_at=float(raw.get("entered_at", now)), data=dict(raw.get("data") or {}),
-                history_from=int(raw.get("history_from", 0)))
+                history_from=int(raw.get("history_from", 0)),
+                facts=dict(raw.get("facts") or {}), called=str(raw.get("called") or ""))
         except (TypeError, ValueError):
             return self.initial_state(now)
 
@@ -167,10 +176,14 @@ class Engine:
         stage = pb.stages[state.stage]
         prompt = "\n\n".join(p for p in (pb.globals.system_prompt.strip(),
                                          stage.system_prompt.strip()) if p)
-        if state.data:
-            prompt += ("\n\n" if prompt else "") + "Known so far: " + json.dumps(
-                state.data, ensure_ascii=False, default=str)
         tools = tuple(pb.stage_tools(state.stage))
+        sheet = self.sheets.get(state.stage)
+        known = state.data if sheet is not None else {**state.facts, **state.data}
+        context = "Known so far: " + json.dumps(known, ensure_ascii=False, default=str) \
+            if known else ""
+        if sheet is not None:  # the engine calls the collected tool itself
+            tools = tuple(t for t in tools if t != sheet.tool_name)
+            context += ("\n\n" if context else "") + sheet.prompt_lines(state.facts)
         transition_tool = self._transition_tool(state)
         choice: str | dict[str, Any] | None = stage.tool_choice
         if isinstance(choice, dict):
@@ -182,7 +195,8 @@ class Engine:
             choice = None
         opts = {k: v for src in (pb.globals.llm, stage.llm) if src is not None
                 for k, v in src.model_dump(exclude_none=True).items()}
-        return StagePlan(system_prompt=prompt, tools=tools, transition_tool=transition_tool,
+        return StagePlan(system_prompt=prompt, context=context, tools=tools,
+                         transition_tool=transition_tool,
                          tool_choice=choice, model=opts.get("model"),
                          temperature=opts.get("temperature"), max_tokens=opts.get("max_tokens"))
 
@@ -233,9 +247,12 @@ class Engine:
         source = state.stage
         target = tr.to or source
         state.data.update({k: _resolve(v, scope) for k, v in tr.set.items()})
+        if tr.clear_history:
+            state.facts = {}
         say = [tr.say] if tr.say else []
         if tr.to is not None:
             state.stage, state.stage_turns, state.entered_at = target, 0, now
+            state.called = ""
             on_enter = self.playbook.stages[target].on_enter
             if on_enter is not None:
                 state.data.update(on_enter.set)

@@ -16,7 +16,7 @@ from jsonschema.exceptions import SchemaError
 from pydantic import ValidationError
 
 from .errors import Issue, PlaybookLoadError
-from .schema import Playbook, PythonHandler
+from .schema import Collect, Playbook, PythonHandler
 
 __all__ = ["RESERVED_TOOLS", "load_playbook", "load_playbook_text"]
 
@@ -219,6 +219,8 @@ def _cross_check(pb: Playbook, pos: _Positions, base_dir: Path | None) -> list[I
                 issues.append(pos.issue(("stages", sname, "tool_choice", "name"),
                                         f"tool_choice names {forced!r}, which is not among the "
                                         f"stage's tools ({', '.join(pb.stage_tools(sname))})"))
+        if stage.collect is not None:
+            issues.extend(_check_collect(pb, pos, sname, stage.collect))
     for i, tr in enumerate(pb.transitions):
         loc: Path_ = ("transitions", i)
         if isinstance(tr.from_, str):
@@ -268,4 +270,21 @@ def _cross_check(pb: Playbook, pos: _Positions, base_dir: Path | None) -> list[I
                 resolve_python(tool.handler.python, base_dir)
             except HandlerImportError as exc:
                 issues.append(pos.issue(("tools", tname, "handler", "python"), str(exc)))
+    return issues
+
+
+def _check_collect(pb: Playbook, pos: _Positions, sname: str, collect: Collect) -> list[Issue]:
+    loc: Path_ = ("stages", sname, "collect")
+    tool = pb.tools.get(collect.tool)
+    if tool is None:
+        return [pos.issue((*loc, "tool"), f"unknown tool {collect.tool!r} (expected one of: "
+                          f"{', '.join(sorted(pb.tools)) or 'no tools are defined'})")]
+    params = sorted(tool.parameters.get("properties") or {})
+    issues = [pos.issue((*loc, "ask", name), f"{collect.tool} has no argument {name!r} "
+                        f"(its arguments: {', '.join(params) or 'none'})", key=True)
+              for name in collect.ask if name not in params]
+    for i, example in enumerate(collect.examples):
+        issues.extend(pos.issue((*loc, "examples", i, "facts", name),
+                                f"{collect.tool} has no argument {name!r}", key=True)
+                      for name in example.facts if name not in params)
     return issues

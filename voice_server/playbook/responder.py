@@ -7,14 +7,17 @@ One call of ``respond(ctx)`` is one user turn:
    non-streamed LLM call with a forced tool);
 3. fire at most one turn-start transition (``timeout_s``, ``max_turns``, ``keyword``, ``intent``):
    emit ``stage-change``, yield its ``say`` and the new stage's ``on_enter.say``;
-4. tool rounds, at most ``globals.max_tool_rounds``: stream the LLM with the stage's tools (plus
+4. in a stage with ``collect`` (``collect.py``): note the facts the caller gave (one
+   structured-output request), then either call the collected tool (step 5 answers with its
+   result), or say the question for the next missing fact (the turn ends), or go on;
+5. tool rounds, at most ``globals.max_tool_rounds``: stream the LLM with the stage's tools (plus
    the built-in ``playbook_transition`` tool when an ``llm_decision`` transition applies); text
    deltas are yielded as they come (a model's "let me check" preamble is spoken while the tools
    run); requested tools run concurrently, each bracketed by ``tool-call-start`` and
    ``tool-call-end{durationMs}``; after each one ``tool_called``/``tool_result`` transitions are
    checked, and the ``stage-change`` of those that fired follows the round's ``tool-call-end``
    events; the next round then uses the new stage's prompt and tools;
-5. when the model answers without tools, or the rounds are spent (then the request carries no
+6. when the model answers without tools, or the rounds are spent (then the request carries no
    tools so it must answer), the answer has streamed and the turn ends.
 
 Spec: "Playbook Mode Events" (``tool-call-start``, ``tool-call-end``, ``stage-change``).
@@ -40,6 +43,7 @@ from typing import Any
 from ..llm import ChatRequest, LLMError, LLMRouter, LLMTimeout, ToolCall, Usage
 from ..pipeline.turn import DEFAULT_WINDOW, HistoryWindow, TurnContext, llm_messages
 from ..protocol import StageChange, ToolCallEnd, ToolCallStart
+from .collect import FactSheet
 from .engine import TRANSITION_TOOL, Decision, Engine, PlaybookState, ToolEvent
 from .schema import Playbook
 from .tools import ToolOutcome, ToolRunner
@@ -157,6 +161,13 @@ class PlaybookResponder:
             for say in await self._announce(ctx, st, decision):
                 yield say
         turn_msgs: list[dict[str, Any]] = []  # this turn's tool exchange, sent back each round
+        if (sheet := self.engine.sheets.get(st.stage)) is not None:
+            entered = decision is not None and decision.changed
+            says, answered = await self._collect(ctx, st, sheet, text, entered, turn_msgs)
+            for say in says:
+                yield say
+            if answered:
+                return
         rounds = self.playbook.globals.max_tool_rounds
         for round_no in range(rounds + 1):
             final = round_no == rounds
@@ -166,8 +177,9 @@ class PlaybookResponder:
                 specs.append(plan.transition_tool)
             history = llm_messages(ctx.history[st.history_from:], self._history)
             messages = [*([{"role": "system", "content": plan.system_prompt}]
-                          if plan.system_prompt else []),
-                        *history, ctx.user_message, *turn_msgs]
+                          if plan.system_prompt else []), *history,
+                        *([{"role": "system", "content": plan.context}] if plan.context else []),
+                        ctx.user_message, *turn_msgs]
             if final and turn_msgs:
                 messages.append({"role": "system", "content": FINAL_NUDGE})
             model, temperature, max_tokens = self._defaults
@@ -245,6 +257,40 @@ class PlaybookResponder:
             says.extend(await self._announce(ctx, st, decision))
         self._save(ctx, st)
         return says
+
+    async def _collect(self, ctx: TurnContext, st: PlaybookState, sheet: FactSheet, text: str,
+                       entered: bool, turn_msgs: list[dict[str, Any]]) -> tuple[list[str], bool]:
+        """Slot filling in a stage with ``collect`` (``collect.py``): note the caller's facts,
+        then call the tool, or ask for the next missing fact, or leave the answer to the
+        model. Returns the texts to say and whether they answer the turn."""
+        asked = next((str(m["content"]) for m in reversed(ctx.history[st.history_from:])
+                      if m.get("role") == "assistant" and m.get("content")), None)
+        request = ChatRequest(messages=sheet.note_messages(asked, text),
+                              model=self.engine.plan(st, first_round=True).model,
+                              temperature=0.0, max_tokens=48 + 24 * len(sheet.properties),
+                              response_format=sheet.note_format(), timeout_s=self._timeout_s)
+        noted: dict[str, Any] = {}
+        try:
+            result = await self._router.complete(request)
+        except LLMError as exc:
+            log.warning("noting the caller's facts failed: %s", exc)
+        else:
+            _add_usage(ctx, result.usage)
+            noted = sheet.accept(result.text, text)
+        st.facts.update(noted)
+        self._save(ctx, st)
+        if not sheet.missing(st.facts):
+            args = json.dumps({k: st.facts[k] for k in sheet.properties if k in st.facts},
+                              sort_keys=True)
+            if args == st.called:  # made with these values already: the model talks it over
+                return [], False
+            st.called = args
+            call = ToolCall(id="", name=sheet.tool_name, arguments=args)
+            return await self._tool_round(ctx, st, (call,), "", turn_msgs), False
+        question = sheet.question(st.facts)
+        if question and (noted or entered):
+            return [question.strip()], True
+        return [], False
 
     async def _run_call(self, ctx: TurnContext, st: PlaybookState, call: ToolCall,
                         decisions: list[Decision]) -> ToolOutcome:

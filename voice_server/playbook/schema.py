@@ -23,7 +23,9 @@ from pydantic import (
 
 __all__ = [
     "CONDITION_KINDS",
+    "Collect",
     "Condition",
+    "Example",
     "Globals",
     "HttpHandler",
     "LLMOptions",
@@ -74,6 +76,24 @@ class OnEnter(_Model):
     set: dict[str, Any] = Field(default_factory=dict, description="data stored in the session")
 
 
+class Example(_Model):
+    said: str = Field(min_length=1, description="what a caller might say")
+    facts: dict[str, Any] = Field(default_factory=dict, description="the arguments it gives "
+                                  "(leave out the ones it does not give)")
+
+
+class Collect(_Model):
+    """Slot filling: the engine gathers ``tool``'s arguments from what the caller says, asks
+    for the missing ones and calls the tool itself once every required one is known."""
+
+    tool: Name = Field(description="the tool whose arguments are collected")
+    ask: dict[Name, str] = Field(default_factory=dict, description="argument -> the question "
+                                 "that asks for it; asked in this order")
+    examples: list[Example] = Field(default_factory=list, description="callers' sentences and "
+                                    "the arguments they give; shown to the model that notes "
+                                    "them (include one that gives none)")
+
+
 class Stage(_Model):
     system_prompt: str = Field("", description="appended to the global system prompt")
     tools: list[Name] = Field(default_factory=list, description="tools usable in this stage "
@@ -87,6 +107,8 @@ class Stage(_Model):
     turn_taking: TurnTaking | None = None
     llm: LLMOptions | None = None
     on_enter: OnEnter | None = None
+    collect: Collect | None = Field(None, description="collect a tool's arguments from the "
+                                    "caller, then call it (see docs/playbooks.md)")
 
 
 class Globals(_Model):

@@ -29,7 +29,8 @@ from jsonschema import Draft202012Validator
 from .errors import PlaybookError, ToolError
 from .schema import HttpSpec, Playbook, PythonHandler
 
-__all__ = ["HandlerImportError", "ToolContext", "ToolOutcome", "ToolRunner", "resolve_python"]
+__all__ = ["FROM_CALLER", "HandlerImportError", "ToolContext", "ToolOutcome", "ToolRunner",
+           "public_schema", "resolve_python"]
 
 MAX_RESULT_CHARS = 8000
 
@@ -110,12 +111,12 @@ FROM_CALLER = "x-from-caller"  # a parameter keyword: the value must be one the 
 _WORDS = re.compile(r"[^\W_]+")
 
 
-def _public(schema: Any) -> Any:
+def public_schema(schema: Any) -> Any:
     """A JSON Schema without our ``x-`` keywords (an endpoint may refuse unknown ones)."""
     if isinstance(schema, dict):
-        return {k: _public(v) for k, v in schema.items() if not str(k).startswith("x-")}
+        return {k: public_schema(v) for k, v in schema.items() if not str(k).startswith("x-")}
     if isinstance(schema, list):
-        return [_public(v) for v in schema]
+        return [public_schema(v) for v in schema]
     return schema
 
 
@@ -150,7 +151,7 @@ class ToolRunner:
         out = []
         for name in names:
             tool = self.playbook.tools[name]
-            fn: dict[str, Any] = {"name": name, "parameters": _public(tool.parameters)}
+            fn: dict[str, Any] = {"name": name, "parameters": public_schema(tool.parameters)}
             if tool.description:
                 fn["description"] = tool.description
             out.append({"type": "function", "function": fn})

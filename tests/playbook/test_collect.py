@@ -1,0 +1,152 @@
+"""`collect`: what the note request holds, which noted values are kept, what is asked next."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from voice_server.playbook import Engine, PlaybookLoadError, load_playbook_text
+from voice_server.playbook.collect import NOTE_NAME
+
+PLAYBOOK = textwrap.dedent("""\
+    id: t
+    initial_stage: booking
+    stages:
+      booking:
+        system_prompt: Take the booking.
+        tools: [book, hours]
+        collect:
+          tool: book
+          ask:
+            party_size: For how many people?
+            name: Your name, please?
+          examples:
+            - {said: "Hi there.", facts: {}}
+            - {said: "Four of us at nine pm.", facts: {party_size: 4, time: "21:00"}}
+      done: {}
+    tools:
+      book:
+        description: Book a table.
+        parameters:
+          type: object
+          properties:
+            name: {type: string, x-from-caller: true, description: the caller's name}
+            time: {type: string, pattern: "^[0-2]?[0-9]:[0-5][0-9]$"}
+            party_size: {type: integer, minimum: 1, maximum: 12}
+            note: {type: string}
+          required: [time, party_size, name]
+        handler: {python: "json:dumps"}
+      hours: {handler: {python: "json:dumps"}}
+    """)
+
+
+@pytest.fixture
+def engine() -> Engine:
+    return Engine(load_playbook_text(PLAYBOOK))
+
+
+def test_the_note_answer_is_json_with_every_argument_required_and_nullable(
+        engine: Engine) -> None:
+    fmt = engine.sheets["booking"].note_format()
+    assert fmt["type"] == "json_schema" and fmt["json_schema"]["name"] == NOTE_NAME
+    schema = fmt["json_schema"]["schema"]
+    assert schema["required"] == ["name", "time", "party_size", "note"]
+    assert schema["additionalProperties"] is False
+    assert schema["properties"]["party_size"] == {"anyOf": [
+        {"type": "integer", "minimum": 1, "maximum": 12}, {"type": "null"}]}
+    assert "x-from-caller" not in schema["properties"]["name"]["anyOf"][0]  # ours stay home
+
+
+def test_the_note_prompt_shows_the_details_and_every_example_in_full(engine: Engine) -> None:
+    messages = engine.sheets["booking"].note_messages("For how many people?", "Two, please.")
+    assert [m["role"] for m in messages] == ["system", "assistant", "user"]
+    system = messages[0]["content"]
+    assert "book (Book a table)" in system and "- name: the caller's name" in system
+    assert 'Caller: "Four of us at nine pm." -> ' + json.dumps(
+        {"name": None, "time": "21:00", "party_size": 4, "note": None}) in system
+    assert messages[2] == {"role": "user", "content": "Two, please."}
+    assert engine.sheets["booking"].note_messages(None, "Hi")[1]["role"] == "user"
+
+
+@pytest.mark.parametrize(("noted", "said", "kept"), [
+    ({"party_size": 2, "time": "19:30", "name": None}, "Two of us at half past seven",
+     {"party_size": 2, "time": "19:30"}),
+    ({"party_size": 3}, "Three people", {"party_size": 3}),
+    ({"party_size": 4}, "We are 4", {"party_size": 4}),
+    # a number nobody said is a guess
+    ({"party_size": 2, "name": "John Doe", "time": "12:00"}, "Yes, please book it.", {}),
+    ({"time": "12:00", "note": "by the window"}, "Noon, by the window",
+     {"time": "12:00", "note": "by the window"}),
+    # a name must be made of the caller's words
+    ({"name": "Mario Rossi"}, "My name is Mario Rossi.", {"name": "Mario Rossi"}),
+    ({"name": "Caller's Name"}, "It's for tonight", {}),
+    # each value must hold to its own schema; the rest of the answer still counts
+    ({"time": "seven", "party_size": 40, "note": "window seat"}, "A window seat for forty",
+     {"note": "window seat"}),
+    ({"party_size": True}, "yes one", {}),
+    ('{"time": "19:00"', "at seven", {}),  # not JSON
+    ("[1, 2]", "one two", {}),
+])
+def test_noted_values_are_kept_only_when_they_hold_up(engine: Engine, noted, said,
+                                                      kept) -> None:
+    raw = noted if isinstance(noted, str) else json.dumps(noted)
+    assert engine.sheets["booking"].accept(raw, said) == kept
+
+
+def test_questions_follow_the_ask_order_then_the_schema(engine: Engine) -> None:
+    sheet = engine.sheets["booking"]
+    assert sheet.required == ["party_size", "name", "time"]
+    assert sheet.question({}) == "For how many people?"
+    assert sheet.question({"party_size": 2}) == "Your name, please?"
+    assert sheet.question({"party_size": 2, "name": "Ada"}) is None  # no ask text for time
+    assert sheet.missing({"party_size": 2, "name": "Ada", "time": "19:00"}) == []
+
+
+def test_the_answering_model_is_told_what_is_missing_and_cannot_call_the_tool(
+        engine: Engine) -> None:
+    state = engine.initial_state(0.0)
+    state.facts = {"party_size": 2}
+    plan = engine.plan(state, first_round=True)
+    assert plan.tools == ("hours",)  # the engine calls `book` itself
+    assert plan.system_prompt == "Take the booking."  # the same for every session: cached
+    assert plan.context.startswith(
+        'Details the caller gave: {"party_size": 2}. Still needed: name, time.')
+    state.stage = "done"
+    assert engine.plan(state, first_round=True).context == 'Known so far: {"party_size": 2}'
+
+
+def test_facts_survive_a_restore_and_clear_history_forgets_them(engine: Engine) -> None:
+    state = engine.initial_state(0.0)
+    state.facts, state.called = {"name": "Ada"}, '{"name": "Ada"}'
+    again = engine.restore(json.loads(json.dumps(state.to_dict())), 1.0)
+    assert (again.facts, again.called) == ({"name": "Ada"}, '{"name": "Ada"}')
+    pb = load_playbook_text(PLAYBOOK + textwrap.dedent("""\
+        transitions:
+          - {from: booking, to: done, when: {keyword: [restart]}, clear_history: true}
+        """))
+    other = Engine(pb)
+    state = other.initial_state(0.0)
+    state.facts, state.called = {"name": "Ada"}, "x"
+    other.start_turn(state, "restart", 1.0)
+    assert (state.stage, state.facts, state.called) == ("done", {}, "")
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ("tool: book", "collect.tool: unknown tool 'nope'"),
+    ("party_size: For how many people?", "collect.ask.party_sise: book has no argument "
+                                         "'party_sise'"),
+    ("facts: {party_size: 4, time: \"21:00\"}", "collect.examples[1].facts.tme: book has no "
+                                                "argument 'tme'"),
+])
+def test_mistakes_in_collect_are_located(change: str, message: str) -> None:
+    broken = {"tool: book": "tool: nope",
+              "party_size: For how many people?": "party_sise: For how many people?",
+              "facts: {party_size: 4, time: \"21:00\"}": "facts: {party_size: 4, tme: \"21:00\"}"}
+    text = PLAYBOOK.replace(change, broken[change])
+    assert text != PLAYBOOK
+    with pytest.raises(PlaybookLoadError) as err:
+        load_playbook_text(text, file="pb.yaml")
+    assert any(message in f"{issue.path}: {issue.message}" for issue in err.value.issues), \
+        err.value.issues

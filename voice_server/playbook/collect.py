@@ -1,0 +1,163 @@
+"""Slot filling, pure: a stage's ``collect`` gathers a tool's arguments from what the caller says.
+
+A small model asked to call ``book_table`` in free conversation invents names and times, or never
+calls it (issue 18: 0 bookings in 10 with the default model). So the engine, not the model, runs
+the conversation of such a stage. On each user turn:
+
+1. **note**: one short request whose answer must be a JSON object (a structured-output
+   ``response_format``: the local model's grammar, or the endpoint's own) holding the tool's
+   arguments, each required and nullable, with the playbook's ``examples`` in the prompt: the
+   model only reads the caller's last message (and the question it answers) and writes what it
+   says, ``null`` for the rest. No tool listing: the prompt stays short and cached;
+2. **check**: each value must validate against its own JSON Schema; an ``x-from-caller`` one must
+   be made of the caller's words; a number, or a text with digits (a time, a date), needs a
+   number in the caller's message (digits or an English number word). A value that fails is
+   dropped, not stored: a model that fills a blank with a guess changes nothing;
+3. **act**: when every required argument is known, the engine calls the tool itself (once per set
+   of values: a call that failed is not repeated until the caller changes something); otherwise
+   the question of the first missing argument (``ask``) is spoken, when the turn gave new facts
+   or the stage just began; otherwise the model answers, told what is known and what is missing.
+
+This module builds the request and judges its answer; ``responder`` does the I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from .schema import Collect, Tool
+from .tools import FROM_CALLER, public_schema
+
+__all__ = ["NOTE_NAME", "FactSheet", "sheets"]
+
+NOTE_NAME = "note_facts"
+_WORDS = re.compile(r"[^\W_]+")
+_NUMBER_WORDS = frozenset(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+    "fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy "
+    "eighty ninety hundred thousand dozen couple half quarter noon midnight".split())
+
+
+@dataclass(frozen=True)
+class FactSheet:
+    """The arguments one stage collects for ``collect.tool``."""
+
+    collect: Collect
+    tool_name: str
+    tool: Tool
+
+    @property
+    def properties(self) -> dict[str, Any]:
+        return dict(self.tool.parameters.get("properties") or {})
+
+    @property
+    def required(self) -> list[str]:
+        """Required arguments in asking order: ``ask``'s order first, then the schema's."""
+        needed = list(self.tool.parameters.get("required") or [])
+        return [n for n in self.collect.ask if n in needed] + \
+            [n for n in needed if n not in self.collect.ask]
+
+    def missing(self, facts: dict[str, Any]) -> list[str]:
+        return [name for name in self.required if name not in facts]
+
+    def question(self, facts: dict[str, Any]) -> str | None:
+        """The question for the first missing argument (None: no ``ask`` text for it)."""
+        missing = self.missing(facts)
+        return self.collect.ask.get(missing[0]) if missing else None
+
+    # -- the note request -----------------------------------------------------------------
+    def note_format(self) -> dict[str, Any]:
+        """The answer's JSON Schema (OpenAI's ``response_format``): every argument required and
+        nullable, so the model must decide each one."""
+        props = {}
+        for name, schema in self.properties.items():
+            schema = public_schema(schema) if isinstance(schema, dict) else {}
+            # anyOf, not a type list: llama.cpp's grammar keeps a pattern or a range only so
+            props[name] = {"anyOf": [schema, {"type": "null"}]}
+        return {"type": "json_schema", "json_schema": {
+            "name": NOTE_NAME, "schema": {"type": "object", "properties": props,
+                                          "required": list(props),
+                                          "additionalProperties": False}}}
+
+    def note_messages(self, asked: str | None, said: str) -> list[dict[str, Any]]:
+        """System prompt (fixed per stage, so the model's prompt cache keeps it), the agent's
+        last question, the caller's message."""
+        lines = [f"You write down the details a caller gives for {self._purpose()}, from the "
+                 "caller's last message only. Write null for every detail the caller did not "
+                 "say in that message; never guess.", "Details:"]
+        for name, schema in self.properties.items():
+            about = schema.get("description", "") if isinstance(schema, dict) else ""
+            lines.append(f"- {name}" + (f": {about}" if about else ""))
+        if self.collect.examples:
+            lines.append("Examples:")
+            for example in self.collect.examples:
+                full = {name: example.facts.get(name) for name in self.properties}
+                lines.append(f'Caller: "{example.said}" -> {json.dumps(full)}')
+        messages: list[dict[str, Any]] = [{"role": "system", "content": "\n".join(lines)}]
+        if asked:
+            messages.append({"role": "assistant", "content": asked})
+        messages.append({"role": "user", "content": said})
+        return messages
+
+    def _purpose(self) -> str:
+        about = self.tool.description.strip().rstrip(".")
+        return f"{self.tool_name} ({about})" if about else self.tool_name
+
+    # -- judging the answer -----------------------------------------------------------------
+    def accept(self, arguments: str | dict[str, Any], said: str) -> dict[str, Any]:
+        """The noted values that hold up (see the module docstring, step 2)."""
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments or "{}")
+            except json.JSONDecodeError:
+                return {}
+        if not isinstance(arguments, dict):
+            return {}
+        heard = set(_WORDS.findall(said.lower()))
+        out = {}
+        for name, schema in self.properties.items():
+            value = arguments.get(name)
+            if value is None or value == "" or not isinstance(schema, dict):
+                continue
+            if next(Draft202012Validator(public_schema(schema)).iter_errors(value), None):
+                continue
+            if schema.get(FROM_CALLER) and \
+                    not set(_WORDS.findall(str(value).lower())) <= heard:
+                continue
+            if _numeric(value) and not _says_a_number(said, heard):
+                continue
+            out[name] = value
+        return out
+
+    def prompt_lines(self, facts: dict[str, Any]) -> str:
+        """What the answering model is told in such a stage when the engine does not act."""
+        missing = self.missing(facts)
+        text = "Details the caller gave: " + json.dumps(facts, ensure_ascii=False, default=str)
+        if missing:
+            text += (". Still needed: " + ", ".join(missing) + ". Answer the caller, then ask "
+                     "for " + missing[0].replace("_", " ") + "; never make up a detail.")
+        return text
+
+
+def _numeric(value: Any) -> bool:
+    """A number, or a text with digits in it (a time, a date, a phone number)."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int | float) or (isinstance(value, str) and
+                                              any(ch.isdigit() for ch in value))
+
+
+def _says_a_number(said: str, heard: set[str]) -> bool:
+    return any(ch.isdigit() for ch in said) or bool(heard & _NUMBER_WORDS)
+
+
+def sheets(stages: dict[str, Any], tools: dict[str, Tool]) -> dict[str, FactSheet]:
+    """A ``FactSheet`` per stage that collects (the loader checked the names)."""
+    return {name: FactSheet(stage.collect, stage.collect.tool, tools[stage.collect.tool])
+            for name, stage in stages.items()
+            if stage.collect is not None and stage.collect.tool in tools}

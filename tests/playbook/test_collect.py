@@ -150,3 +150,18 @@ def test_mistakes_in_collect_are_located(change: str, message: str) -> None:
         load_playbook_text(text, file="pb.yaml")
     assert any(message in f"{issue.path}: {issue.message}" for issue in err.value.issues), \
         err.value.issues
+
+
+def test_entering_a_collecting_stage_starts_a_fresh_collection() -> None:
+    pb = load_playbook_text(PLAYBOOK + textwrap.dedent("""\
+        transitions:
+          - {from: booking, to: done, when: {keyword: [thanks]}}
+          - {from: done, to: booking, when: {keyword: [again]}}
+        """))
+    engine = Engine(pb)
+    state = engine.initial_state(0.0)
+    state.facts = {"name": "Ada", "party_size": 2}
+    engine.start_turn(state, "thanks", 1.0)
+    assert state.facts == {"name": "Ada", "party_size": 2}  # later stages still know them
+    engine.start_turn(state, "book again", 2.0)
+    assert (state.stage, state.facts) == ("booking", {})

@@ -42,7 +42,9 @@ def _subset(expected: Any, actual: Any) -> bool:
 def _reply(item: Any) -> Reply:
     if isinstance(item, str):
         return Reply(text=item)
-    return Reply(text=item.get("text", ""), tool_calls=item.get("tool_calls", []))
+    return Reply(text=item.get("text", ""), tool_calls=item.get("tool_calls", []),
+                 status=item.get("status", 200),
+                 error_message=item.get("error_message", "scripted failure"))
 
 
 def _read(path: Path) -> dict[str, Any]:

@@ -253,6 +253,8 @@ class Engine:
         if tr.to is not None:
             state.stage, state.stage_turns, state.entered_at = target, 0, now
             state.called = ""
+            if target != source and target in self.sheets:  # a fresh collection
+                state.facts = {}
             on_enter = self.playbook.stages[target].on_enter
             if on_enter is not None:
                 state.data.update(on_enter.set)

@@ -161,18 +161,23 @@ class PlaybookResponder:
             for say in await self._announce(ctx, st, decision):
                 yield say
         turn_msgs: list[dict[str, Any]] = []  # this turn's tool exchange, sent back each round
+        fallback: tuple[str, str] | None = None  # (stage, tool) when noting the facts failed
         if (sheet := self.engine.sheets.get(st.stage)) is not None:
             entered = decision is not None and decision.changed
             says, answered = await self._collect(ctx, st, sheet, text, entered, turn_msgs)
             for say in says:
                 yield say
-            if answered:
+            if answered is None:
+                fallback = (st.stage, sheet.tool_name)
+            elif answered:
                 return
         rounds = self.playbook.globals.max_tool_rounds
         for round_no in range(rounds + 1):
             final = round_no == rounds
             plan = self.engine.plan(st, first_round=round_no == 0)
-            specs = [] if final else self._tools.specs(list(plan.tools))
+            offered = [*plan.tools, *([fallback[1]] if fallback and fallback[0] == st.stage
+                                      else [])]
+            specs = [] if final else self._tools.specs(offered)
             if plan.transition_tool is not None and not final:
                 specs.append(plan.transition_tool)
             history = llm_messages(ctx.history[st.history_from:], self._history)
@@ -259,10 +264,13 @@ class PlaybookResponder:
         return says
 
     async def _collect(self, ctx: TurnContext, st: PlaybookState, sheet: FactSheet, text: str,
-                       entered: bool, turn_msgs: list[dict[str, Any]]) -> tuple[list[str], bool]:
+                       entered: bool, turn_msgs: list[dict[str, Any]],
+                       ) -> tuple[list[str], bool | None]:
         """Slot filling in a stage with ``collect`` (``collect.py``): note the caller's facts,
         then call the tool, or ask for the next missing fact, or leave the answer to the
-        model. Returns the texts to say and whether they answer the turn."""
+        model. Returns the texts to say and whether they answer the turn; None when the note
+        failed (an endpoint without structured output): the model then gets the tool itself,
+        as in a stage without ``collect``."""
         asked = next((str(m["content"]) for m in reversed(ctx.history[st.history_from:])
                       if m.get("role") == "assistant" and m.get("content")), None)
         request = ChatRequest(messages=sheet.note_messages(asked, text),
@@ -274,6 +282,7 @@ class PlaybookResponder:
             result = await self._router.complete(request)
         except LLMError as exc:
             log.warning("noting the caller's facts failed: %s", exc)
+            return [], None
         else:
             _add_usage(ctx, result.usage)
             noted = sheet.accept(result.text, text)

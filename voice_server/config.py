@@ -29,6 +29,9 @@ class ConfigError(Exception):
     """The configuration file or values are invalid; the message says where and why."""
 
 
+DEFAULT_ORIGINS = ("http://localhost", "http://127.0.0.1", "null")
+
+
 class Settings(BaseSettings):
     """Every option of the server. Field descriptions become the ``--help`` text."""
 
@@ -48,9 +51,11 @@ class Settings(BaseSettings):
         2, ge=0, le=15, description="inbound audio frames (20 ms each) the WebRTC jitter buffer "
         "holds before decoding (aiortc's own is 4): raise it on jittery networks")
     allowed_origins: Annotated[list[str], NoDecode] = Field(
-        default_factory=lambda: ["http://localhost", "http://127.0.0.1", "null"],
-        description="comma-separated browser origins allowed to connect ('*' for any); "
-                    "a port-less entry allows every port of that host")
+        default_factory=lambda: list(DEFAULT_ORIGINS),
+        description="comma-separated browser origins allowed to connect besides the page's "
+                    "own ('*' for any; 'null', for file:// pages and sandboxed iframes, only "
+                    "when listed); a port-less entry allows every port of that host; empty: "
+                    "the default")
     idle_timeout_s: float = Field(45.0, gt=0, description="close a socket silent this long")
     session_ttl_s: float = Field(1800.0, gt=0, description="keep a session this long after "
                                                            "its last connection ends")
@@ -198,6 +203,12 @@ class Settings(BaseSettings):
                 return json.loads(value)
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _default_when_empty(cls, value: list[str]) -> list[str]:
+        """An empty setting (compose's ``${ALLOWED_ORIGINS:-}``) means the default."""
+        return value or list(DEFAULT_ORIGINS)
 
     @field_validator("trusted_proxies")
     @classmethod

@@ -70,6 +70,14 @@ def test_the_compose_environment_makes_valid_settings(compose, monkeypatch):
     assert not settings.auth_secret and settings.llm_provider == "local"
     assert not settings.llm_base_url  # the embedded model unless LLM_* are given
     assert "172.16.0.0/12" in settings.trusted_proxies
+    # issue 20, bug 2: the empty ALLOWED_ORIGINS meant "no origin": every browser got 403
+    assert settings.allowed_origins == ["http://localhost", "http://127.0.0.1", "null"]
+    from voice_server.server.http import origin_allowed
+
+    page = "https://voice.example.com"  # the page Caddy serves for PUBLIC_HOST
+    assert origin_allowed(page, settings.allowed_origins, host="voice.example.com")
+    assert not origin_allowed("https://evil.example", settings.allowed_origins,
+                              host="voice.example.com")
 
     for key, value in voice_env(compose, {"TURN_SECRET": "x", "LLM_PROVIDER": "openai_compat",
                                           "LLM_BASE_URL": "http://ollama:11434/v1",

@@ -65,3 +65,110 @@ async def test_foreign_browser_origin_is_refused(scripted_server):
     async with websockets.connect(ws_url(scripted_server),
                                   origin="http://localhost:3000") as ws:
         assert json.loads(await ws.recv())["type"] == "ready"
+
+
+def raw_request(server, text: str) -> bytes:
+    """A request written by hand (headers urllib or websockets would refuse to send)."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(text.replace("\n", "\r\n").encode())
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+            if data.startswith(b"HTTP/1.1 101") and b"\r\n\r\n" in data:
+                break  # an upgraded socket stays open
+    return data
+
+
+UPGRADE = ("GET /ws HTTP/1.1\nHost: 127.0.0.1\nUpgrade: websocket\nConnection: Upgrade\n"
+           "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\nSec-WebSocket-Version: 13\n")
+
+
+@pytest.mark.parametrize("origin", ["http://[::1", "http://host:port", "://", "no scheme",
+                                    "http://"])
+async def test_a_malformed_origin_is_refused_not_a_server_error(scripted_server, origin,
+                                                                caplog):
+    """Issue 20, bug 1: `Origin: http://[::1` made the upgrade answer 500 with a traceback.
+    A malformed Origin is 403, logged as a WARNING that names the setting."""
+    import asyncio
+
+    answer = await asyncio.to_thread(raw_request, scripted_server,
+                                     UPGRADE + f"Origin: {origin}\n\n")
+    assert answer.startswith(b"HTTP/1.1 403"), answer[:200]
+    assert "Traceback" not in caplog.text
+    assert any("allowed_origins" in r.getMessage() for r in caplog.records)
+
+
+async def test_the_page_s_own_origin_is_allowed_wherever_it_is_served(scripted_server):
+    """Issue 20, bug 2: the bundled page served from the server's own host (a compose
+    deployment's public name) connects, whatever allowed_origins lists."""
+    import asyncio
+
+    answer = await asyncio.to_thread(
+        raw_request, scripted_server,
+        UPGRADE.replace("Host: 127.0.0.1", "Host: voice.example:8443")
+        + "Origin: https://voice.example:8443\n\n")
+    assert answer.startswith(b"HTTP/1.1 101"), answer[:200]
+    answer = await asyncio.to_thread(
+        raw_request, scripted_server,
+        UPGRADE.replace("Host: 127.0.0.1", "Host: voice.example:8443")
+        + "Origin: https://other.example:8443\n\n")
+    assert answer.startswith(b"HTTP/1.1 403"), answer[:200]
+
+
+async def test_head_gets_headers_without_a_body(scripted_server):
+    """Issue 20, bug 5: `HEAD /health` sent a body."""
+    import asyncio
+
+    answer = await asyncio.to_thread(raw_request, scripted_server,
+                                     "HEAD /health HTTP/1.1\nHost: 127.0.0.1\n\n")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"Content-Length: " in head
+    assert body == b""
+
+
+async def test_health_details_are_for_this_machine_only(scripted_server):
+    """Issue 20, bug 5: anyone saw file paths and versions in /health. A client through a
+    trusted proxy (for someone else) gets the status only; this machine gets the details."""
+    import asyncio
+
+    scripted_server.routes._trusted = [__import__("ipaddress").ip_network("127.0.0.0/8")]
+    answer = await asyncio.to_thread(
+        raw_request, scripted_server,
+        "GET /health HTTP/1.1\nHost: x\nX-Forwarded-For: 203.0.113.9\n\n")
+    assert json.loads(answer.partition(b"\r\n\r\n")[2]) == {"status": "ok"}
+    status, _, body = await asyncio.to_thread(get, scripted_server, "/health")
+    assert status == 200 and "models" in json.loads(body)
+
+
+def test_a_null_origin_passes_only_when_listed():
+    """`Origin: null` (file:// pages, sandboxed iframes, which any site can make) is not covered
+    by `*`; the default list names it for the page opened from a file."""
+    from voice_server.server.http import origin_allowed
+
+    assert not origin_allowed("null", ["*"])
+    assert not origin_allowed("null", ["https://app.example"])
+    assert origin_allowed("null", ["null"])
+    assert origin_allowed("https://any.example", ["*"])
+    assert not origin_allowed("http://[::1", ["*"])
+
+
+async def test_health_answers_in_time_when_the_llm_endpoint_hangs(scripted_server, fake_llm):
+    """Issue 20, item 12: an endpoint that accepts and never answers made /health hang, so a
+    load balancer could not tell the server was alive. It answers within ~2 s, the endpoint
+    `unknown` and the server `degraded`."""
+    import asyncio
+    import time
+
+    fake_llm.models_delay_s = 8
+    try:
+        started = time.monotonic()
+        status, _, body = await asyncio.to_thread(get, scripted_server, "/health")
+        took = time.monotonic() - started
+    finally:
+        fake_llm.models_delay_s = 0
+    report = json.loads(body)
+    assert status == 200 and took < 5, took
+    assert report["status"] == "degraded"
+    assert report["models"]["llm"]["openai_compat"]["status"] == "unknown"

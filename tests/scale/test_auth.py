@@ -143,3 +143,30 @@ async def test_origin_check_and_cors(auth_server, tmp_path):
 
     status, allow = await asyncio.to_thread(fetch)
     assert status == 200 and allow == "*"
+
+
+async def test_metrics_and_health_details_need_a_token_when_auth_is_on(auth_server):
+    """Issue 20, bug 5: /metrics was public with auth on, and /health showed everyone its
+    details. Without a token: /metrics is 401, /health the status only; with one, both."""
+    import asyncio
+    from urllib.error import HTTPError
+
+    base = f"http://127.0.0.1:{auth_server.port}"
+
+    def fetch(path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+        try:
+            with urlopen(Request(base + path, headers=headers or {}), timeout=10) as resp:
+                return resp.status, resp.read()
+        except HTTPError as exc:
+            return exc.code, exc.read()
+
+    assert (await asyncio.to_thread(fetch, "/metrics"))[0] == HTTPStatus.UNAUTHORIZED
+    forged = {"Authorization": "Bearer " + token(secret="another-secret")}
+    assert (await asyncio.to_thread(fetch, "/metrics", forged))[0] == HTTPStatus.UNAUTHORIZED
+    status, body = await asyncio.to_thread(
+        fetch, "/metrics", {"Authorization": f"Bearer {token()}"})
+    assert status == 200 and b"# TYPE voice_turn_seconds" in body
+    status, body = await asyncio.to_thread(fetch, "/health")
+    assert set(json.loads(body)) == {"status"}  # even from this machine, without a token
+    status, body = await asyncio.to_thread(fetch, f"/health?token={token()}")
+    assert {"status", "models", "version"} <= set(json.loads(body))

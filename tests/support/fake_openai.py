@@ -45,6 +45,7 @@ class FakeOpenAI:
         self.script: deque[Reply] = deque()
         self.embed_script: deque[Reply] = deque()  # failures for /v1/embeddings (status != 200)
         self.models_status = 200  # answer /v1/models with this status (an error body if not 200)
+        self.models_delay_s = 0.0  # wait this long before answering /v1/models (a hung endpoint)
         self.requests: list[dict[str, Any]] = []
         self.request_headers: list[dict[str, str]] = []  # HTTP headers, parallel to requests
         self._runner: web.AppRunner | None = None
@@ -166,6 +167,8 @@ class FakeOpenAI:
                                   "usage": {"prompt_tokens": 0, "total_tokens": 0}})
 
     async def _models(self, request: web.Request) -> web.Response:
+        if self.models_delay_s:
+            await asyncio.sleep(self.models_delay_s)
         if self.models_status != 200:
             return web.json_response({"error": {"message": "scripted failure", "type": "scripted"}},
                                      status=self.models_status)

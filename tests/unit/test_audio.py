@@ -91,3 +91,19 @@ def test_trailing_silence_is_cut_to_the_kept_tail():
     assert len(tone) <= len(out) <= len(tone) + rate * 40 // 1000
     assert np.array_equal(out[:len(tone)], tone)
     assert len(trim_trailing_silence(np.zeros(100, dtype=np.int16), rate)) <= rate * 30 // 1000
+
+
+@pytest.mark.parametrize("channels", [1, 2])
+def test_a_wav_cut_in_the_middle_of_a_sample_is_decoded_as_far_as_it_goes(channels):
+    """Issue 20, bug 3: sample data ending in an odd byte (a file cut short) was an
+    INTERNAL_ERROR; it is decoded up to the last whole sample."""
+    pcm = np.repeat(tone(16000, 0.5), channels)
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as out:
+        out.setnchannels(channels)
+        out.setsampwidth(2)
+        out.setframerate(16000)
+        out.writeframes(pcm.astype("<i2").tobytes())
+    cut = buf.getvalue()[:-1]  # the header still promises the whole data
+    decoded = decode_wav(cut, max_seconds=5)
+    assert len(decoded) == 8000 - 1

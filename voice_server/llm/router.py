@@ -3,6 +3,7 @@ sidecar, built from the same configuration."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -67,8 +68,18 @@ class LLMRouter:
     def supports_vision(self, model: str | None = None) -> bool:
         return self.resolve(model)[0].supports_vision
 
-    async def health(self) -> dict[str, Any]:
-        return {name: await p.health() for name, p in self.providers.items()}
+    async def health(self, timeout_s: float = 2.0) -> dict[str, Any]:
+        """Each provider's health; one that does not answer in ``timeout_s`` (a hung endpoint)
+        is ``unknown``, so a health check always answers."""
+        async def one(provider: LLMProvider) -> dict[str, Any]:
+            try:
+                async with asyncio.timeout(timeout_s):
+                    return await provider.health()
+            except TimeoutError:
+                return {"status": "unknown", "error": f"no answer in {timeout_s:g} s"}
+
+        reports = await asyncio.gather(*(one(p) for p in self.providers.values()))
+        return dict(zip(self.providers, reports, strict=True))
 
     async def aclose(self) -> None:
         for provider in self.providers.values():

@@ -88,6 +88,7 @@ def decode_wav(data: bytes, *, max_seconds: float, to_rate: int = STT_RATE) -> n
             raw = wav.readframes(frames)
     except (wave.Error, EOFError) as exc:
         raise AudioFormatError(f"unsupported or corrupt WAV: {exc}") from None
+    raw = raw[:len(raw) - len(raw) % width]  # a last partial sample: decode as far as it goes
     if width == 1:
         pcm = ((np.frombuffer(raw, dtype=np.uint8).astype(np.int16) - 128) << 8)
     elif width == 2:

@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 WEB_CLIENT_DIR = Path(__file__).resolve().parents[2] / "web_client"
 PLAYBOOKS_DIR = Path(__file__).resolve().parents[2] / "playbooks"
+HEALTH_WAIT_S = 2.0  # the longest a dependency may take to report its health
 
 
 class VoiceServer:
@@ -90,7 +91,8 @@ class VoiceServer:
         self.routes = HttpRoutes(health=self.health, metrics=self.metrics.render,
                                  static_dir=WEB_CLIENT_DIR,
                                  allowed_origins=settings.allowed_origins,
-                                 extra={"/playbooks": self._list_playbooks})
+                                 extra={"/playbooks": self._list_playbooks},
+                                 signer=self.signer, trusted_proxies=self.trusted_proxies)
 
     # ---- lifecycle --------------------------------------------------------------------------
     async def __aenter__(self) -> VoiceServer:
@@ -293,14 +295,20 @@ class VoiceServer:
         return {"role": "user", "content": parts}
 
     async def health(self) -> dict[str, Any]:
-        llm = await self.router.health()
+        """Answers within ``HEALTH_WAIT_S`` however slow a dependency is (a hung LLM endpoint or
+        session store shows as ``unknown``): a load balancer must always get an answer."""
+        llm = await self.router.health(HEALTH_WAIT_S)
         models = {"stt": self.stt.health(), "tts": self.tts.health(), "llm": llm}
         # a model worker that died and is starting again serves no turn meanwhile
         down = ("failed", "starting", "restarting")
-        failed = any(v.get("status") in down for v in (models["stt"], models["tts"],
-                                                          *llm.values()))
+        failed = any(v.get("status") in (*down, "unknown")
+                     for v in (models["stt"], models["tts"], *llm.values()))
         store = self.sessions.health() if hasattr(self.sessions, "health") else {"kind": "?"}
-        store["count"] = await self.sessions.count()
+        try:
+            async with asyncio.timeout(HEALTH_WAIT_S):
+                store["count"] = await self.sessions.count()
+        except TimeoutError:
+            store["status"] = "degraded"
         degraded = failed or store.get("status") == "degraded"
         return {
             "status": "draining" if self.draining else "degraded" if degraded else "ok",

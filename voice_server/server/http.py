@@ -1,11 +1,18 @@
 """Plain HTTP routes served on the WebSocket port (websockets' ``process_request`` hook):
-``GET /health``, ``GET /metrics``, the bundled page and the embeddable JS client."""
+``GET /health``, ``GET /metrics``, the bundled page and the embeddable JS client.
+
+``/health`` tells everyone the status only; its details (models, file names, versions, counts)
+go to an operator: with auth on, a request bearing a valid token; with auth off, one from this
+machine. ``/metrics`` needs a token when auth is on. ``HEAD`` gets the headers without a body.
+"""
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import logging
 import mimetypes
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -14,9 +21,14 @@ from urllib.parse import urlsplit
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
+from .auth import AuthError, TokenSigner, query_token
+from .limits import Network, client_address
+
 __all__ = ["HttpRoutes", "origin_allowed", "response"]
 
 WS_PATH = "/ws"
+
+log = logging.getLogger(__name__)
 
 
 def response(status: HTTPStatus, body: bytes | str, content_type: str,
@@ -32,14 +44,27 @@ def json_response(status: HTTPStatus, payload: Any) -> Response:
                     {"Cache-Control": "no-store"})
 
 
-def origin_allowed(origin: str | None, allowed: list[str]) -> bool:
-    """No Origin header (not a browser) passes; ``*`` allows all; an entry without a port allows
-    every port of that scheme and host."""
-    if origin is None or "*" in allowed or origin in allowed:
+def origin_allowed(origin: str | None, allowed: list[str], host: str | None = None) -> bool:
+    """No Origin header (not a browser) passes; so does the page's own origin (its host and
+    port are the request's ``Host``: our bundled page, wherever it is served); ``*`` allows all
+    others; an entry without a port allows every port of that scheme and host. ``null`` (a
+    sandboxed iframe, a ``file://`` page) passes only when listed, ``*`` does not cover it.
+    A malformed Origin is refused."""
+    if origin is None or origin in allowed:
         return True
-    parts = urlsplit(origin)
-    bare = f"{parts.scheme}://{parts.hostname}" if parts.hostname else origin
-    return bare in allowed
+    if origin == "null":
+        return False
+    try:
+        parts = urlsplit(origin)
+        hostname = parts.hostname
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number
+    except ValueError:
+        return False
+    if not parts.scheme or not hostname:
+        return False
+    if host is not None and parts.netloc.lower() == host.strip().lower():
+        return True
+    return "*" in allowed or f"{parts.scheme}://{hostname}" in allowed
 
 
 class HttpRoutes:
@@ -48,13 +73,37 @@ class HttpRoutes:
     def __init__(self, *, health: Callable[[], Awaitable[dict[str, Any]]],
                  metrics: Callable[[], bytes], static_dir: Path | None,
                  allowed_origins: list[str],
-                 extra: dict[str, Callable[[Request], Awaitable[Response]]] | None = None
+                 extra: dict[str, Callable[[Request], Awaitable[Response]]] | None = None,
+                 signer: TokenSigner | None = None, trusted_proxies: Sequence[Network] = ()
                  ) -> None:
         self._health = health
         self._metrics = metrics
         self._static = static_dir
         self._allowed = allowed_origins
         self.extra = dict(extra or {})
+        self._signer = signer
+        self._trusted = trusted_proxies
+
+    def _operator(self, connection: Any, request: Request) -> bool:
+        """With auth on: the request bears a valid token (``Authorization: Bearer`` or
+        ``?token=``). With auth off: it comes from this machine (through a trusted proxy, the
+        client it forwards for)."""
+        if self._signer is not None:
+            header = request.headers.get("Authorization", "")
+            token = header[7:].strip() if header[:7].lower() == "bearer " else \
+                query_token(request.path)
+            try:
+                self._signer.verify(token)
+            except AuthError:
+                return False
+            return True
+        address = getattr(connection, "remote_address", None)
+        peer = str(address[0]) if address else "?"
+        client = client_address(peer, request.headers.get("X-Forwarded-For"), self._trusted)
+        try:
+            return ipaddress.ip_address(client).is_loopback
+        except ValueError:
+            return False
 
     def _static_file(self, name: str, cache: str) -> Response:
         if self._static is None or not (self._static / name).is_file():
@@ -67,9 +116,19 @@ class HttpRoutes:
                         {"Cache-Control": cache, "Access-Control-Allow-Origin": "*"})
 
     async def __call__(self, connection: Any, request: Request) -> Response | None:
+        answer = await self._route(connection, request)
+        if answer is not None and request.method == "HEAD":  # the headers, never a body
+            answer = Response(answer.status_code, answer.reason_phrase, answer.headers, b"")
+        return answer
+
+    async def _route(self, connection: Any, request: Request) -> Response | None:
         path = urlsplit(request.path).path
         if path == WS_PATH:
-            if not origin_allowed(request.headers.get("Origin"), self._allowed):
+            origin = request.headers.get("Origin")
+            if not origin_allowed(origin, self._allowed, request.headers.get("Host")):
+                log.warning("refused a WebSocket from origin %r: add it to allowed_origins "
+                            "(--allowed-origins, VOICE_SERVER_ALLOWED_ORIGINS)",
+                            str(origin)[:200])
                 return response(HTTPStatus.FORBIDDEN, "origin not allowed\n", "text/plain")
             if "upgrade" not in request.headers.get("Connection", "").lower():
                 return response(HTTPStatus.UPGRADE_REQUIRED,
@@ -80,8 +139,13 @@ class HttpRoutes:
             report = await self._health()
             status = HTTPStatus.OK if report["status"] != "failed" else \
                 HTTPStatus.SERVICE_UNAVAILABLE
+            if not self._operator(connection, request):  # no paths, versions, counts
+                report = {"status": report["status"]}
             return json_response(status, report)
         if path == "/metrics":
+            if self._signer is not None and not self._operator(connection, request):
+                return response(HTTPStatus.UNAUTHORIZED, "a token is required\n", "text/plain",
+                                {"WWW-Authenticate": "Bearer"})
             return response(HTTPStatus.OK, self._metrics(),
                             "text/plain; version=0.0.4; charset=utf-8")
         if path in self.extra:

@@ -59,6 +59,8 @@ class Settings(BaseSettings):
     idle_timeout_s: float = Field(45.0, gt=0, description="close a socket silent this long")
     session_ttl_s: float = Field(1800.0, gt=0, description="keep a session this long after "
                                                            "its last connection ends")
+    empty_session_ttl_s: float = Field(60.0, gt=0, description="keep a session in which "
+                                       "nothing was said yet this long after its last use")
     max_message_bytes: int = Field(16 * 1024 * 1024, ge=1024,
                                    description="largest accepted WebSocket text message")
     max_audio_seconds: float = Field(60.0, gt=0, description="longest accepted utterance")

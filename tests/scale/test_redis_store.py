@@ -89,3 +89,20 @@ async def test_unknown_and_expired_sessions(redis_proc):
             await raw.aclose()
         assert await b.get(session.id) is None
         assert await b.claim(session.id) is None
+
+
+async def test_a_session_in_which_nothing_was_said_is_kept_briefly(redis_proc):
+    """Issue 20, item 11: an empty session's keys expire after `empty_ttl_s`; once something
+    is said, after the full TTL."""
+    async with RedisSessionStore(redis_proc.url, ttl_s=1800, empty_ttl_s=60) as store:
+        silent, talked = await store.create(), await store.create()
+        await store.save(silent)
+        await store.append_history(talked, [{"role": "user", "content": "hi"}])
+        await store.save(talked)
+        raw = Redis.from_url(redis_proc.url, decode_responses=True)
+        try:
+            assert 0 < await raw.pttl(f"vs:s:{silent.id}") <= 60_000
+            assert 60_000 < await raw.pttl(f"vs:s:{talked.id}") <= 1_800_000
+            assert 60_000 < await raw.pttl(f"vs:h:{talked.id}") <= 1_800_000
+        finally:
+            await raw.aclose()

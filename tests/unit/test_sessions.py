@@ -19,6 +19,8 @@ async def test_sessions_expire_after_ttl():
     store = InMemorySessionStore(ttl_s=60, clock=clock)
     a, b = await store.create(), await store.create()
     assert a.id != b.id and len(a.id) >= 22
+    for session in (a, b):  # their connections ended; their time to live runs
+        await store.release(session.id)
     clock.now += 50
     assert await store.get(a.id) is a  # touching refreshes
     clock.now += 50
@@ -48,3 +50,25 @@ async def test_lifecycle_is_idempotent():
         await store.create()
     await store.aclose()
     await store.aclose()
+
+
+async def test_a_session_in_which_nothing_was_said_goes_soon():
+    """Issue 20, item 11: 20,000 silent sockets left 22,000 sessions for 30 minutes. A session
+    in use never expires; once released, an empty one lasts `empty_ttl_s`, one with a
+    conversation the full TTL."""
+    clock = Clock()
+    store = InMemorySessionStore(ttl_s=1800, empty_ttl_s=60, clock=clock)
+    silent, talked, open_ = await store.create(), await store.create(), await store.create()
+    await store.append_history(talked, [{"role": "user", "content": "hi"}])
+    await store.release(silent.id)
+    await store.release(talked.id)
+    clock.now += 61
+    assert store.sweep() == 1
+    assert await store.get(silent.id) is None
+    assert await store.get(talked.id) is talked
+    assert await store.get(open_.id) is open_  # still held by its connection
+    clock.now += 1800
+    await store.release(open_.id)
+    clock.now += 61
+    assert await store.get(open_.id) is None
+    assert await store.count() == 1

@@ -135,10 +135,12 @@ class VoiceServer:
     def _session_store(self) -> SessionStore:
         s = self.settings
         if s.session_store == "memory":
-            return InMemorySessionStore(ttl_s=s.session_ttl_s)
+            return InMemorySessionStore(ttl_s=s.session_ttl_s,
+                                        empty_ttl_s=s.empty_session_ttl_s)
         from .redis_store import RedisSessionStore  # noqa: PLC0415 - only when configured
 
         store = RedisSessionStore(s.session_store, ttl_s=s.session_ttl_s,
+                                  empty_ttl_s=s.empty_session_ttl_s,
                                   lease_s=s.session_lease_s, claim_wait_s=s.session_claim_wait_s)
         store.on_release = self.evict
         return store

@@ -33,7 +33,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from .sessions import InMemorySessionStore, Session, new_session_id
+from .sessions import InMemorySessionStore, Session, new_session_id, ttl_of
 
 __all__ = ["RedisSessionStore"]
 
@@ -49,10 +49,12 @@ _RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then " \
 class RedisSessionStore:
     """``SessionStore`` on Redis with per-session leases and an in-memory fallback."""
 
-    def __init__(self, url: str, *, ttl_s: float, lease_s: float = 15.0,
+    def __init__(self, url: str, *, ttl_s: float, empty_ttl_s: float | None = None,
+                 lease_s: float = 15.0,
                  instance_id: str | None = None, prefix: str = "vs:",
                  probe_every_s: float = 1.0, claim_wait_s: float = 8.0) -> None:
         self.ttl_s = ttl_s
+        self.empty_ttl_s = ttl_s if empty_ttl_s is None else min(empty_ttl_s, ttl_s)
         self.lease_s = lease_s
         self.instance_id = instance_id or secrets.token_hex(6)
         self.prefix = prefix
@@ -67,7 +69,7 @@ class RedisSessionStore:
                                      health_check_interval=0)
         self._release_lua = self._redis.register_script(_RELEASE)
         self._renew_lua = self._redis.register_script(_RENEW)
-        self._memory = InMemorySessionStore(ttl_s=ttl_s)
+        self._memory = InMemorySessionStore(ttl_s=ttl_s, empty_ttl_s=empty_ttl_s)
         self._owned: dict[str, Session] = {}
         self._dirty: set[str] = set()  # owned sessions written while Redis was down
         self._tasks: list[asyncio.Task[None]] = []
@@ -81,8 +83,8 @@ class RedisSessionStore:
     def _channel(self) -> str:
         return f"{self.prefix}release:{self.instance_id}"
 
-    def _ttl_ms(self) -> int:
-        return int(self.ttl_s * 1000)
+    def _ttl_ms(self, session: Session) -> int:
+        return int(ttl_of(session, self.ttl_s, self.empty_ttl_s) * 1000)
 
     # ---- lifecycle ----------------------------------------------------------------------------
     async def __aenter__(self) -> RedisSessionStore:
@@ -131,7 +133,7 @@ class RedisSessionStore:
         try:
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.hset(self._k("s", session.id), mapping=self._fields(session))
-                pipe.pexpire(self._k("s", session.id), self._ttl_ms())
+                pipe.pexpire(self._k("s", session.id), self._ttl_ms(session))
                 pipe.set(self._k("lease", session.id), self.instance_id,
                          px=int(self.lease_s * 1000))
                 await pipe.execute()
@@ -190,8 +192,8 @@ class RedisSessionStore:
         try:
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.rpush(self._k("h", session.id), *[json.dumps(m) for m in messages])
-                pipe.pexpire(self._k("h", session.id), self._ttl_ms())
-                pipe.pexpire(self._k("s", session.id), self._ttl_ms())
+                pipe.pexpire(self._k("h", session.id), self._ttl_ms(session))
+                pipe.pexpire(self._k("s", session.id), self._ttl_ms(session))
                 await pipe.execute()
         except RedisError as exc:
             self._mark_down(exc)
@@ -204,8 +206,8 @@ class RedisSessionStore:
         try:
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.hset(self._k("s", session.id), mapping=self._fields(session))
-                pipe.pexpire(self._k("s", session.id), self._ttl_ms())
-                pipe.pexpire(self._k("h", session.id), self._ttl_ms())
+                pipe.pexpire(self._k("s", session.id), self._ttl_ms(session))
+                pipe.pexpire(self._k("h", session.id), self._ttl_ms(session))
                 await pipe.execute()
         except RedisError as exc:
             self._mark_down(exc)
@@ -318,8 +320,8 @@ class RedisSessionStore:
                     pipe.rpush(self._k("h", session_id),
                                *[json.dumps(m) for m in session.history])
                 pipe.hset(self._k("s", session_id), mapping=self._fields(session))
-                pipe.pexpire(self._k("h", session_id), self._ttl_ms())
-                pipe.pexpire(self._k("s", session_id), self._ttl_ms())
+                pipe.pexpire(self._k("h", session_id), self._ttl_ms(session))
+                pipe.pexpire(self._k("s", session_id), self._ttl_ms(session))
                 await pipe.execute()
 
     async def _let_go(self, session_id: str) -> None:

@@ -21,6 +21,13 @@ def new_session_id() -> str:
     return secrets.token_urlsafe(16)  # 128 bits
 
 
+def ttl_of(session: Session, ttl_s: float, empty_ttl_s: float) -> float:
+    """How long a session is kept after its last use: a session in which nothing was said yet
+    has nothing to resume, and goes after ``empty_ttl_s`` (silent sockets must not pile up
+    sessions for half an hour)."""
+    return ttl_s if session.history or session.state else empty_ttl_s
+
+
 @dataclass
 class Session:
     id: str
@@ -67,11 +74,14 @@ class SessionStore(Protocol):
 class InMemorySessionStore:
     """Sessions in a dict; expired ones are removed on access and by a periodic sweep."""
 
-    def __init__(self, *, ttl_s: float, sweep_every_s: float = 30.0,
+    def __init__(self, *, ttl_s: float, empty_ttl_s: float | None = None,
+                 sweep_every_s: float = 30.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.ttl_s = ttl_s
+        self.empty_ttl_s = ttl_s if empty_ttl_s is None else min(empty_ttl_s, ttl_s)
         self._clock = clock
         self._sessions: dict[str, Session] = {}
+        self._held: set[str] = set()  # created or claimed, not yet released
         self._sweep_every_s = sweep_every_s
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -83,11 +93,14 @@ class InMemorySessionStore:
         await self.aclose()
 
     def _expired(self, session: Session) -> bool:
-        return self._clock() - session.touched_at > self.ttl_s
+        if session.id in self._held:  # a connection uses it: it lasts as long as that does
+            return False
+        return self._clock() - session.touched_at > ttl_of(session, self.ttl_s, self.empty_ttl_s)
 
     async def create(self) -> Session:
         session = Session(id=new_session_id(), touched_at=self._clock())
         self._sessions[session.id] = session
+        self._held.add(session.id)
         return session
 
     async def get(self, session_id: str) -> Session | None:
@@ -109,16 +122,23 @@ class InMemorySessionStore:
         self._sessions[session.id] = session
 
     async def claim(self, session_id: str) -> Session | None:
-        return await self.get(session_id)
+        session = await self.get(session_id)
+        if session is not None:
+            self._held.add(session_id)
+        return session
 
     async def release(self, session_id: str) -> None:
-        """One process: nothing to hand over."""
+        """One process: nothing to hand over; its time to live starts now."""
+        self._held.discard(session_id)
+        if (session := self._sessions.get(session_id)) is not None:
+            session.touched_at = self._clock()
 
     def health(self) -> dict[str, Any]:
         return {"status": "ok", "kind": "memory", "count": len(self._sessions)}
 
     async def delete(self, session_id: str) -> None:
         self._sessions.pop(session_id, None)
+        self._held.discard(session_id)
 
     async def count(self) -> int:
         return len(self._sessions)

@@ -23,6 +23,7 @@ DEFAULT_SYSTEM_PROMPT = (
 
 
 DEFAULT_FALLBACK = "Sorry, I missed that. Could you say it again?"  # said for an empty answer
+DEFAULT_APOLOGY = "Sorry, I can't answer right now. Please try again in a moment."  # LLM failed
 
 
 class ConfigError(Exception):
@@ -157,6 +158,9 @@ class Settings(BaseSettings):
                                        "(default: the llm_profile's bundled model)")
     llm_vision: bool = Field(False, description="the endpoint's model accepts images")
     llm_timeout_s: float = Field(30.0, gt=0, description="LLM request timeout")
+    llm_first_token_timeout_s: float = Field(10.0, gt=0, description="an OpenAI-compatible "
+                                             "endpoint that sends no answer this long fails "
+                                             "the turn (LLM_TIMEOUT and a spoken apology)")
     llm_max_tokens: int = Field(160, ge=1, description="longest spoken answer in tokens")
     llm_temperature: float = Field(0.0, ge=0, le=2, description="sampling temperature (0: "
                                    "the likeliest word each time, the most accurate answers "
@@ -173,6 +177,8 @@ class Settings(BaseSettings):
                                   "sentence end after this many characters")
     empty_answer_text: str = Field(DEFAULT_FALLBACK, min_length=1, description="said instead "
                                    "of an answer with no words in it")
+    llm_failure_text: str = Field(DEFAULT_APOLOGY, min_length=1, description="said when the LLM "
+                                  "fails or times out before its first word (after the error)")
     max_history_messages: int = Field(40, ge=2, description="history messages sent to the LLM")
     max_history_chars: int = Field(16_000, ge=200, description="characters of history sent to "
                                    "the LLM, the newest kept (fits the local model's context)")

@@ -17,7 +17,7 @@ import pytest_asyncio
 
 from tests.conftest import scaled
 from tests.integration.test_ws_turn import audio_message, check_turn
-from voice_server.config import load_settings
+from voice_server.config import DEFAULT_APOLOGY, load_settings
 from voice_server.server.app import VoiceServer
 
 pytestmark = pytest.mark.slow
@@ -62,6 +62,10 @@ async def test_a_worker_killed_mid_turn_costs_that_turn_only(server, connect, ma
         failed = await client.until("error")
         assert failed[-1]["code"] == CODES[stage], failed[-1]
         assert "died (killed by SIGKILL)" in failed[-1]["message"]
+        if stage == "llm" and not any(m["type"] == "llm-chunk" for m in failed):
+            # the model died before its first word: the agent says so (issue 20, item 12)
+            said = await client.until("tts-complete", timeout=60)
+            assert [m["text"] for m in said if m["type"] == "llm"] == [DEFAULT_APOLOGY]
         health = json.loads(await asyncio.to_thread(http_get, server, "/health"))
         assert health["status"] == "degraded"
         model = health["models"]["llm"]["local"] if stage == "llm" else health["models"][stage]

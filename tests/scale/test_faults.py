@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import scaled
 from tests.scale.conftest import free_port
 from tests.support.fake_openai import Reply
-from voice_server.config import load_settings
+from voice_server.config import DEFAULT_APOLOGY, load_settings
 from voice_server.llm.factory import build_router
 from voice_server.pipeline.stt import STTError
 from voice_server.pipeline.turn import ChatResponder
@@ -35,9 +35,14 @@ async def next_turn_works(client, llm, wav: bytes) -> None:
     assert [m for m in messages if m["type"] == "llm"][-1]["text"] == "Recovered."
 
 
-async def errors_of(client, wav: bytes) -> list[dict]:
-    """Ask; collect messages up to the turn's error."""
-    return [m for m in await ask(client, wav, until="error") if m["type"] == "error"]
+async def errors_of(client, wav: bytes, *, apology: bool = False) -> list[dict]:
+    """Ask; collect messages up to the turn's error. ``apology``: the LLM failed before its
+    first word, so the agent then says so (read through its ``tts-complete``)."""
+    errors = [m for m in await ask(client, wav, until="error") if m["type"] == "error"]
+    if apology:
+        said = await client.until("tts-complete", timeout=60)
+        assert [m["text"] for m in said if m["type"] == "llm"] == [DEFAULT_APOLOGY]
+    return errors
 
 
 async def test_llm_slow_erroring_down(pair, scale_llm, connect, make_speech):
@@ -45,13 +50,13 @@ async def test_llm_slow_erroring_down(pair, scale_llm, connect, make_speech):
     wav = make_speech("Tell me a story.")
     async with connect(b) as client:
         scale_llm.add(Reply(text="Too late.", delay_s=scaled(4)))
-        err = (await errors_of(client, wav))[-1]
+        err = (await errors_of(client, wav, apology=True))[-1]
         assert err["code"] == "LLM_TIMEOUT"
         await next_turn_works(client, scale_llm, wav)
 
         scale_llm.script.clear()
         scale_llm.add(*[Reply(status=500, error_message="upstream exploded")] * 3)
-        err = (await errors_of(client, wav))[-1]
+        err = (await errors_of(client, wav, apology=True))[-1]
         assert err["code"] == "LLM_ERROR" and "Traceback" not in err["message"]
         scale_llm.script.clear()
         await next_turn_works(client, scale_llm, wav)
@@ -63,7 +68,7 @@ async def test_llm_slow_erroring_down(pair, scale_llm, connect, make_speech):
         saved = b._responder
         b._responder = ChatResponder(router, system_prompt="x", model="m", timeout_s=20)
         try:
-            err = (await errors_of(client, wav))[-1]
+            err = (await errors_of(client, wav, apology=True))[-1]
             assert err["code"] == "LLM_ERROR"
         finally:
             b._responder = saved
@@ -125,3 +130,25 @@ async def test_redis_down_degrades_and_recovers(pair, redis_proc, scale_llm, con
         assert [m["role"] for m in seen.history] == ["user", "assistant"]
         async with connect(a) as after:  # new sessions go to Redis again
             assert after.ready["id"] in a.sessions._owned
+
+
+async def test_an_endpoint_that_never_answers_fails_fast_and_the_agent_says_so(
+        redis_proc, scale_llm, connect, make_speech):
+    """Issue 20, item 12: an endpoint that accepts and never answers left the user in silence
+    for the whole LLM timeout (30 s). After the first-token timeout the turn ends with
+    LLM_TIMEOUT and a spoken apology; the next turn works."""
+    import time
+
+    from tests.scale.conftest import scripted_settings
+    from voice_server.server.app import VoiceServer
+
+    settings = scripted_settings(scale_llm, llm_first_token_timeout_s=scaled(1.5),
+                                 llm_timeout_s=60)
+    wav = make_speech("Tell me a story.")
+    async with VoiceServer(settings) as server, connect(server) as client:
+        scale_llm.add(Reply(text="Much too late.", delay_s=scaled(20)))
+        started = time.monotonic()
+        err = (await errors_of(client, wav, apology=True))[-1]
+        assert err["code"] == "LLM_TIMEOUT" and "sent nothing for" in err["message"]
+        assert time.monotonic() - started < scaled(15)
+        await next_turn_works(client, scale_llm, wav)

@@ -32,6 +32,7 @@ def build_router(settings: Settings, *, others: OtherWork | None = None,
         providers["openai_compat"] = OpenAICompatProvider(
             base_url=settings.llm_base_url, api_key=settings.llm_api_key,
             default_model=settings.llm_model or "default", timeout_s=settings.llm_timeout_s,
+            first_token_timeout_s=settings.llm_first_token_timeout_s,
             supports_vision=settings.llm_vision)
     if settings.llm_provider == "local" or settings.llm_model_path:
         from .local import LocalLlamaProvider

@@ -5,6 +5,7 @@ Errors of the ``openai`` client are mapped to ``voice_server.llm.errors`` at thi
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -72,8 +73,10 @@ class OpenAICompatProvider:
         supports_vision: bool = False,
         embedding_model: str | None = None,
         stream_usage: bool = True,
+        first_token_timeout_s: float | None = None,
     ) -> None:
         self.name = name
+        self._first_token_s = first_token_timeout_s
         self.default_model = default_model
         self.supports_vision = supports_vision
         self.embedding_model = embedding_model
@@ -111,9 +114,9 @@ class OpenAICompatProvider:
         finish: str | None = None
         usage: Usage | None = None
         try:
-            stream = await self._client.chat.completions.create(stream=True, **params)
+            stream, first = await self._open(params)
             async with stream:
-                async for chunk in stream:
+                async for chunk in _chain(first, stream):
                     if chunk.usage is not None:
                         usage = Usage(chunk.usage.prompt_tokens or 0,
                                       chunk.usage.completion_tokens or 0)
@@ -139,6 +142,24 @@ class OpenAICompatProvider:
         )
         yield StreamEvent(done=True, finish_reason=finish or "stop", tool_calls=tool_calls,
                           usage=usage)
+
+    async def _open(self, params: dict[str, Any]) -> tuple[Any, Any]:
+        """Send the request and wait for the first chunk, within the first-token timeout: an
+        endpoint that accepts and never answers fails fast, not after the whole timeout."""
+        try:
+            async with asyncio.timeout(self._first_token_s):
+                stream = await self._client.chat.completions.create(stream=True, **params)
+                try:
+                    first = await anext(aiter(stream))
+                except StopAsyncIteration:
+                    first = None
+                except BaseException:
+                    await stream.close()
+                    raise
+        except TimeoutError:
+            raise LLMTimeout(f"the LLM endpoint sent nothing for {self._first_token_s:g} s",
+                             provider=self.name) from None
+        return stream, first
 
     async def complete(self, request: ChatRequest) -> ChatResult:
         try:
@@ -184,3 +205,10 @@ class OpenAICompatProvider:
     async def aclose(self) -> None:
         await self._client.close()
 
+
+
+async def _chain(first: Any, rest: Any) -> AsyncIterator[Any]:
+    if first is not None:
+        yield first
+    async for item in rest:
+        yield item

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from ..config import DEFAULT_FALLBACK
+from ..config import DEFAULT_APOLOGY, DEFAULT_FALLBACK
 
 __all__ = ["DEFAULT_FALLBACK", "AnswerGuard"]
 
@@ -51,9 +51,11 @@ def _loop_start(text: str) -> int | None:
 class AnswerGuard:
     """Feed each streamed delta to ``admit``; pass on what it returns, stop when ``stopped``."""
 
-    def __init__(self, *, max_chars: int = 600, fallback: str = DEFAULT_FALLBACK) -> None:
+    def __init__(self, *, max_chars: int = 600, fallback: str = DEFAULT_FALLBACK,
+                 apology: str = DEFAULT_APOLOGY) -> None:
         self._max_chars = max_chars
         self._fallback = fallback
+        self.apology = apology  # said when the LLM failed before its first word
         self._text = ""  # what was admitted
         self._sentences: set[tuple[str, ...]] = set()
         self._sentence_start = 0  # index in _text where the current sentence begins

@@ -251,6 +251,13 @@ class Turn:
                     # would otherwise slow that synthesis down (a local model pauses: its
                     # token hand-off is bounded).
                     await self._first_synthesized.wait()
+        except LLMError as exc:
+            if self._text:  # mid-answer: what was said stands, the turn ends with the error
+                raise
+            # before the first word: say why there is no answer rather than leave silence
+            rec.error = "LLM_TIMEOUT" if isinstance(exc, LLMTimeout) else "LLM_ERROR"
+            await self._emit(Error(code=ErrorCode(rec.error), message=str(exc)))
+            await take(guard.admit(guard.apology))
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
         rec.llm_done = time.monotonic()

@@ -64,7 +64,8 @@ class VoiceServer:
             max_chars=settings.tts_max_piece_chars)
         self.history_window = HistoryWindow.from_settings(settings)
         self.new_guard = functools.partial(
-            AnswerGuard, max_chars=settings.answer_max_chars, fallback=settings.empty_answer_text)
+            AnswerGuard, max_chars=settings.answer_max_chars, fallback=settings.empty_answer_text,
+            apology=settings.llm_failure_text)
         self.router = build_router(settings, others=self.pool.shared,
                                    on_worker_restart=self.metrics.worker_restarted)
         self.sessions: SessionStore = self._session_store()

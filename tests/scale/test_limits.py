@@ -122,3 +122,22 @@ async def test_client_that_stops_reading_is_dropped(tight):
         assert conn.ws.transport.is_closing()
         assert tight.metrics.errors.labels("SLOW_CLIENT")._value.get() == before + 1
         assert high < 2_000_000  # bounded by the write limit plus one message
+
+
+def test_ipv6_clients_are_counted_by_their_64():
+    """Issue 20, item 13: each IPv6 address counted alone, so one host (which owns a whole /64)
+    could open any number of sessions. A /64 is one client; IPv4-mapped addresses are IPv4."""
+    from voice_server.server.limits import Admission, address_group
+
+    assert address_group("2001:db8:1:2:aaaa::1") == address_group("2001:db8:1:2:ffff::9") \
+        == "2001:db8:1:2::/64"
+    assert address_group("2001:db8:1:3::1") != address_group("2001:db8:1:2::1")
+    assert address_group("::ffff:198.51.100.7") == "198.51.100.7"
+    assert address_group("198.51.100.7") == "198.51.100.7"
+    admission = Admission(max_total=100, max_per_ip=2)
+    assert admission.admit("2001:db8:1:2::1") is None
+    assert admission.admit("2001:db8:1:2::2") is None
+    assert "too many" in admission.admit("2001:db8:1:2:dead:beef::3")
+    assert admission.admit("2001:db8:1:3::1") is None  # another /64
+    admission.release("2001:db8:1:2::2")
+    assert admission.admit("2001:db8:1:2::99") is None

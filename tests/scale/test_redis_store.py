@@ -106,3 +106,19 @@ async def test_a_session_in_which_nothing_was_said_is_kept_briefly(redis_proc):
             assert 60_000 < await raw.pttl(f"vs:h:{talked.id}") <= 1_800_000
         finally:
             await raw.aclose()
+
+
+async def test_the_redis_connection_pool_is_bounded(redis_proc):
+    """Issue 20, item 13: a burst of sessions opened one connection each. The pool holds at
+    most `max_connections`; more callers wait for one and all succeed."""
+    async with RedisSessionStore(redis_proc.url, ttl_s=60, max_connections=4) as store:
+        sessions = await asyncio.gather(*(store.create() for _ in range(40)))
+        assert len({s.id for s in sessions}) == 40
+        raw = Redis.from_url(redis_proc.url, decode_responses=True)
+        try:
+            assert all([await raw.exists(f"vs:s:{s.id}") for s in sessions])
+            ours = [c for c in await raw.client_list()  # what Redis itself sees
+                    if c["name"] == f"voice_server-{store.instance_id}"]
+            assert 1 <= len(ours) <= 4, ours
+        finally:
+            await raw.aclose()

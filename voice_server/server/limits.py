@@ -62,6 +62,20 @@ class TokenBucket:
         return False
 
 
+def address_group(ip: str) -> str:
+    """What one client is, for per-address limits: an IPv4 address, or an IPv6 /64 (one host
+    or home gets a whole /64 and may pick any address in it)."""
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError:
+        return ip
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
+
+
 class Admission:
     """Counts live connections per instance and per client address."""
 
@@ -73,6 +87,7 @@ class Admission:
 
     def admit(self, ip: str) -> str | None:
         """Count a new connection; returns None, or why it is refused (nothing counted)."""
+        ip = address_group(ip)
         if self.total >= self.max_total:
             return f"this server is full ({self.max_total} sessions); try another instance"
         if self._per_ip.get(ip, 0) >= self.max_per_ip:
@@ -82,6 +97,7 @@ class Admission:
         return None
 
     def release(self, ip: str) -> None:
+        ip = address_group(ip)
         count = self._per_ip.get(ip, 0)
         if count <= 0:
             return

@@ -28,7 +28,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
@@ -52,7 +52,8 @@ class RedisSessionStore:
     def __init__(self, url: str, *, ttl_s: float, empty_ttl_s: float | None = None,
                  lease_s: float = 15.0,
                  instance_id: str | None = None, prefix: str = "vs:",
-                 probe_every_s: float = 1.0, claim_wait_s: float = 8.0) -> None:
+                 probe_every_s: float = 1.0, claim_wait_s: float = 8.0,
+                 max_connections: int = 32) -> None:
         self.ttl_s = ttl_s
         self.empty_ttl_s = ttl_s if empty_ttl_s is None else min(empty_ttl_s, ttl_s)
         self.lease_s = lease_s
@@ -64,9 +65,14 @@ class RedisSessionStore:
         self.degraded = False
         # Called with a session id when another instance claims a session this one owns.
         self.on_release: Callable[[str], Awaitable[None]] | None = None
-        self._redis = Redis.from_url(url, decode_responses=True, socket_timeout=2.0,
-                                     socket_connect_timeout=2.0, retry=Retry(NoBackoff(), 0),
-                                     health_check_interval=0)
+        # a bounded pool: a burst of sessions waits up to 2 s for a connection instead of
+        # opening thousands of them against Redis
+        pool = BlockingConnectionPool.from_url(
+            url, max_connections=max_connections, timeout=2.0, decode_responses=True,
+            client_name=f"voice_server-{self.instance_id}",  # CLIENT LIST names us
+            socket_timeout=2.0, socket_connect_timeout=2.0, retry=Retry(NoBackoff(), 0),
+            health_check_interval=0)
+        self._redis = Redis.from_pool(pool)  # closing the client closes the pool
         self._release_lua = self._redis.register_script(_RELEASE)
         self._renew_lua = self._redis.register_script(_RENEW)
         self._memory = InMemorySessionStore(ttl_s=ttl_s, empty_ttl_s=empty_ttl_s)

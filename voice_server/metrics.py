@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from dataclasses import asdict, dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-__all__ = ["Metrics", "TurnRecord"]
+__all__ = ["Metrics", "TurnRecord", "session_tag"]
 
 _BUCKETS = (0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
+
+
+def session_tag(session_id: str) -> str:
+    """How logs and TURN usernames name a session: a digest, never the id itself (whoever
+    holds the id can resume the conversation with ``reconnect``)."""
+    return "s-" + hashlib.sha256(session_id.encode()).hexdigest()[:12]
 
 
 @dataclass

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.test_ws_turn import audio_message, check_turn
+from voice_server.metrics import session_tag
 from voice_server.pipeline.answer_guard import DEFAULT_FALLBACK
 from voice_server.pipeline.audio import rms
 
@@ -15,8 +16,9 @@ pytestmark = pytest.mark.slow
 
 
 async def test_an_empty_answer_is_replaced_by_a_spoken_fallback(scripted_server, fake_llm,
-                                                                 connect, make_speech):
+                                                                 connect, make_speech, caplog):
     fake_llm.add("", "   ")
+    caplog.set_level("INFO")
     async with connect(scripted_server) as client:
         for _ in range(2):
             await client.send(audio_message(make_speech("What is the capital of France?")))
@@ -26,6 +28,10 @@ async def test_an_empty_answer_is_replaced_by_a_spoken_fallback(scripted_server,
         session = await scripted_server.sessions.get(client.ready["id"])
     assert [m["content"] for m in session.history if m["role"] == "assistant"] == \
         [DEFAULT_FALLBACK, DEFAULT_FALLBACK]
+    # issue 20, item 10: whoever reads the log must not be able to resume the conversation
+    logged = [r.getMessage() for r in caplog.records if "empty answer" in r.getMessage()]
+    assert len(logged) == 2 and session_tag(session.id) in logged[0]
+    assert session.id not in caplog.text
 
 
 async def test_a_looping_answer_is_cut_and_not_kept(scripted_server, fake_llm, connect,

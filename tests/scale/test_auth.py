@@ -19,6 +19,7 @@ import websockets
 from tests.conftest import scaled
 from tests.integration.conftest import ws_url
 from voice_server.config import load_settings
+from voice_server.metrics import session_tag
 from voice_server.server.app import VoiceServer
 from voice_server.server.auth import AuthError, TokenSigner, auth_message_token, query_token
 
@@ -114,8 +115,9 @@ async def test_turn_credentials_in_ready(auth_server, connect):
     assert len(ice) == 1
     entry = ice[0]
     assert entry["urls"] == ["turn:127.0.0.1:3478?transport=udp", "turn:127.0.0.1:3478"]
-    expiry, session = entry["username"].split(":")
-    assert session == client.ready["id"]
+    expiry, user = entry["username"].split(":")
+    # issue 20, item 10: the username lands in the TURN server's logs: never the session id
+    assert user == session_tag(client.ready["id"]) and client.ready["id"] not in user
     assert 3500 < int(expiry) - time.time() <= 3600
     expected = base64.b64encode(hmac.new(b"turn-secret", entry["username"].encode(),
                                          hashlib.sha1).digest()).decode()

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from ..config import Settings
 from ..llm import ChatRequest, LLMError, LLMRouter, LLMTimeout, Usage
-from ..metrics import TurnRecord
+from ..metrics import TurnRecord, session_tag
 from ..protocol import (
     Error,
     ErrorCode,
@@ -156,7 +156,8 @@ class Turn:
         self.committed: list[dict[str, Any]] = []
 
     def start(self) -> asyncio.Task[None]:
-        self._task = asyncio.create_task(self._run(), name=f"turn-{self.record.session_id}")
+        self._task = asyncio.create_task(self._run(),
+                                         name=f"turn-{session_tag(self.record.session_id)}")
         return self._task
 
     @property
@@ -185,7 +186,8 @@ class Turn:
     async def _run(self) -> None:
         rec = self.record
         sentences: asyncio.Queue[str | None] = asyncio.Queue()
-        speaker = asyncio.create_task(self._speak(sentences), name=f"tts-{rec.session_id}")
+        speaker = asyncio.create_task(self._speak(sentences),
+                                      name=f"tts-{session_tag(rec.session_id)}")
         try:
             await self._stream_answer(sentences)
             await speaker
@@ -202,7 +204,7 @@ class Turn:
             rec.interrupted = True
             raise
         except Exception:
-            log.exception("turn failed (session %s)", rec.session_id)
+            log.exception("turn failed (session %s)", session_tag(rec.session_id))
             rec.error = "INTERNAL_ERROR"
             await self._emit(Error(code=ErrorCode.INTERNAL_ERROR,
                                    message="the turn failed unexpectedly; try again"))
@@ -243,7 +245,7 @@ class Turn:
                     await take(delta)
                 if guard.stopped is not None:
                     log.info("answer ended early (%s) in session %s", guard.stopped,
-                             rec.session_id)
+                             session_tag(rec.session_id))
                     break
                 if rec.first_chunk is not None and not self._first_synthesized.is_set():
                     # Let Piper have the CPU for the first piece: the rest of the answer is
@@ -262,7 +264,8 @@ class Turn:
             await stream.aclose()  # type: ignore[attr-defined]
         rec.llm_done = time.monotonic()
         if (fallback := guard.fallback()) is not None:
-            log.info("empty answer in session %s: saying the fallback", rec.session_id)
+            log.info("empty answer in session %s: saying the fallback",
+                     session_tag(rec.session_id))
             await take(fallback)
         if guard.stopped == "loop":  # the repeat is neither spoken nor kept
             self._text = [guard.kept]

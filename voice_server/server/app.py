@@ -24,7 +24,7 @@ from ..compute import ComputePool
 from ..config import Settings
 from ..llm import ChatRequest, LLMError
 from ..llm.factory import build_router
-from ..metrics import Metrics, TurnRecord
+from ..metrics import Metrics, TurnRecord, session_tag
 from ..pipeline.answer_guard import AnswerGuard
 from ..pipeline.chunker import SentenceChunker
 from ..pipeline.stt import WhisperSTT
@@ -236,7 +236,7 @@ class VoiceServer:
         servers = list(self.settings.ice_servers)
         s = self.settings
         if s.turn_secret and s.turn_urls:
-            servers.append(turn_credentials(s.turn_secret, s.turn_urls, session_id,
+            servers.append(turn_credentials(s.turn_secret, s.turn_urls, session_tag(session_id),
                                             s.turn_ttl_s))
         return servers
 

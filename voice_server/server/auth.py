@@ -8,7 +8,7 @@ Sans-I/O: pure functions over strings and a clock.
   ``{"type": "auth", "token": "..."}``. A session remembers its principal; only the same principal
   may resume it (spec: "Session Reconnection").
 * **TURN credentials** follow the TURN REST API scheme coturn implements with
-  ``use-auth-secret``: username ``"<expiry>:<session id>"``, credential
+  ``use-auth-secret``: username ``"<expiry>:<session tag>"``, credential
   ``base64(HMAC-SHA1(secret, username))``.
 """
 
@@ -113,11 +113,12 @@ def auth_message_token(raw: str | bytes) -> str | None:
     return token if isinstance(token, str) else None
 
 
-def turn_credentials(secret: str, urls: list[str], session_id: str, ttl_s: int,
+def turn_credentials(secret: str, urls: list[str], user: str, ttl_s: int,
                      now: float | None = None) -> dict[str, Any]:
-    """One RTCIceServer with time-limited TURN REST API credentials."""
+    """One RTCIceServer with time-limited TURN REST API credentials. ``user`` lands in the
+    TURN server's logs: a session's tag (``metrics.session_tag``), never its id."""
     expiry = int((time.time() if now is None else now) + ttl_s)
-    username = f"{expiry}:{session_id}"
+    username = f"{expiry}:{user}"
     digest = hmac.new(secret.encode(), username.encode(), hashlib.sha1).digest()
     return {"urls": list(urls), "username": username,
             "credential": base64.b64encode(digest).decode("ascii")}

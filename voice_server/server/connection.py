@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 import numpy as np
 from websockets.exceptions import ConnectionClosed
 
-from ..metrics import TurnRecord
+from ..metrics import TurnRecord, session_tag
 from ..pipeline.audio import AudioFormatError, decode_base64_wav
 from ..pipeline.speech import ChunkMessageOutput, SpeechOutput
 from ..pipeline.stt import STTError
@@ -170,7 +170,7 @@ class Connection:
                 except TimeoutError:
                     if self._job is not None and not self._job.done():
                         continue  # the client waits for our answer: not idle
-                    log.info("closing idle connection (session %s)", self.session.id)
+                    log.info("closing idle connection (session %s)", session_tag(self.session.id))
                     await self.ws.close(1000, "idle timeout")
                     return
                 except ConnectionClosed:
@@ -253,7 +253,8 @@ class Connection:
         old = await store.get(session_id)
         if old is not None and self.server.signer is not None and (
                 self.principal is None or old.meta.get("principal") != self.principal.subject):
-            log.warning("refused resume of session %s by another principal", session_id)
+            log.warning("refused resume of session %s by another principal",
+                        session_tag(session_id))
             old = None  # another principal's session: answered exactly like an unknown id
         elif old is not None and old.id != self.session.id:
             old = await store.claim(session_id)  # the owning instance (if another) lets go
@@ -335,7 +336,7 @@ class Connection:
         attachments, self._attachments = self._attachments, []
         self._job = asyncio.create_task(self._answer(pcm, output, record, attachments,
                                                      transcript, emit or self.send),
-                                        name=f"utterance-{self.session.id}")
+                                        name=f"utterance-{session_tag(self.session.id)}")
 
     async def _answer(self, pcm: np.ndarray, output: SpeechOutput, record: TurnRecord,
                       attachments: list[VisionAttachment],

@@ -33,6 +33,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from ..metrics import session_tag
 from .sessions import InMemorySessionStore, Session, new_session_id, ttl_of
 
 __all__ = ["RedisSessionStore"]
@@ -167,8 +168,8 @@ class RedisSessionStore:
             return local
         try:
             if not await self._acquire(session_id):
-                log.warning("session %s: its owner did not let go in %.1f s", session_id,
-                            self.claim_wait_s)
+                log.warning("session %s: its owner did not let go in %.1f s",
+                            session_tag(session_id), self.claim_wait_s)
                 return None
         except RedisError as exc:
             self._mark_down(exc)
@@ -262,7 +263,7 @@ class RedisSessionStore:
                            meta=json.loads(fields.get("meta", "{}")),
                            created_at=float(fields.get("created_at", time.time())))
         except ValueError:
-            log.warning("session %s in redis is corrupt; ignoring it", session_id)
+            log.warning("session %s in redis is corrupt; ignoring it", session_tag(session_id))
             return None
 
     async def _acquire(self, session_id: str) -> bool:
@@ -311,7 +312,7 @@ class RedisSessionStore:
                 continue
             # expired while Redis was away: take it back unless someone else did
             if not await self._redis.set(key, self.instance_id, nx=True, px=lease_ms):
-                log.warning("session %s: lease lost to another instance", session_id)
+                log.warning("session %s: lease lost to another instance", session_tag(session_id))
                 await self._let_go(session_id)
 
     async def _flush_dirty(self) -> None:
@@ -345,7 +346,8 @@ class RedisSessionStore:
                         msg = await pubsub.get_message(timeout=0.5)
                         if msg is not None and msg.get("type") == "message":
                             session_id = str(msg["data"])
-                            log.info("session %s claimed by another instance", session_id)
+                            log.info("session %s claimed by another instance",
+                                     session_tag(session_id))
                             await self._let_go(session_id)
             except RedisError as exc:
                 self._mark_down(exc)

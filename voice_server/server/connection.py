@@ -74,6 +74,7 @@ class Connection:
         self._send_lock = asyncio.Lock()
         self.principal: Principal | None = None
         self._bucket = TokenBucket(self.settings.max_messages_per_s, self.settings.message_burst)
+        self._last_message_at = time.monotonic()  # either path (the idle clock)
         self._limited_notice_at = -1.0
 
     # ---- sending: one place, both channels ------------------------------------------------
@@ -170,6 +171,8 @@ class Connection:
                 except TimeoutError:
                     if self._job is not None and not self._job.done():
                         continue  # the client waits for our answer: not idle
+                    if time.monotonic() - self._last_message_at < self.settings.idle_timeout_s:
+                        continue  # it spoke on the data channel meanwhile
                     log.info("closing idle connection (session %s)", session_tag(self.session.id))
                     await self.ws.close(1000, "idle timeout")
                     return
@@ -204,6 +207,8 @@ class Connection:
 
     # ---- inbound --------------------------------------------------------------------------
     async def handle_raw(self, raw: str | bytes) -> None:
+        """One client message, from the WebSocket or the WebRTC data channel."""
+        self._last_message_at = time.monotonic()
         if not self._bucket.take():
             now = time.monotonic()
             if now - self._limited_notice_at >= 1.0:  # one notice a second, not one per message

@@ -32,7 +32,6 @@ from ..protocol import (
     SpeechEnd,
     SpeechStart,
     Transcript,
-    parse_client,
 )
 from .rtc_audio import HeldOutput, OutboundAudioTrack, RtcSpeechOutput
 
@@ -172,16 +171,9 @@ class RtcPeer:
             self._spawn(self._handle_data(data), "datachannel-message")
 
     async def _handle_data(self, data: str | bytes) -> None:
-        if len(data) > self._server.settings.max_message_bytes:
-            await self._conn.send_error(ErrorCode.INVALID_MESSAGE, "data channel message too "
-                                        "large")
-            return
-        try:
-            message = parse_client(data)
-        except ProtocolError as exc:
-            await self._conn.send_error(exc.code, str(exc))
-            return
-        await self._conn.handle(message)
+        """The same path as a WebSocket message: one rate limit, one size limit, one idle
+        clock for both."""
+        await self._conn.handle_raw(data)
 
     def send_data(self, text: str) -> None:
         channel = self.channel

@@ -178,10 +178,14 @@ async def test_oversize_prefix_answers_and_closes(broker):
                        "error": "Frame too large: 10000001 bytes (max 10000000)"}]
 
 
-async def test_close_mid_payload_gets_no_reply_and_server_lives_on(broker):
-    """A client that dies inside a frame gets nothing; the next client is served."""
+async def test_close_mid_frame_is_answered_as_the_origin_does_and_server_lives_on(broker):
+    """A close inside the payload takes the connection-error path (notes 1.5): one error frame
+    to a client that half-closed; a close inside the prefix gets nothing. The next client is
+    served."""
     frame = encode_frame({"prompt": "x"})
-    assert await exchange(broker.port, frame[:-3]) == []
+    assert await exchange(broker.port, frame[:-3]) == [
+        {"correlation_id": None, "error": "Connection error", "results": None}]
+    assert await exchange(broker.port, frame[:2]) == []
     [response] = await exchange(broker.port, frame)
     assert response["results"][0]["chat_completion"]["response"] == "You said: x"
 

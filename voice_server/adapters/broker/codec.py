@@ -116,4 +116,4 @@ class FrameDecoder:
             return False
         if self._need is None:
             raise FrameTruncated("Connection closed before frame prefix complete")
-        raise FrameTruncated("Connection closed before message complete")
+        raise FrameTruncated("Connection closed before message complete", in_payload=True)

@@ -29,7 +29,11 @@ class FrameTooLarge(FrameError):
 
 
 class FrameTruncated(BrokerError, ConnectionError):
-    """The peer closed inside a frame."""
+    """The peer closed inside a frame: inside its length prefix, or (``in_payload``) after it."""
+
+    def __init__(self, message: str, *, in_payload: bool = False) -> None:
+        super().__init__(message)
+        self.in_payload = in_payload
 
 
 class WireValidationError(BrokerError, ValueError):

@@ -3,8 +3,10 @@
 Spec "Transport framing" and notes 1.2: the origin answers one request per connection; we also
 answer further frames on the same connection, in order. A framing failure (oversize prefix,
 bad UTF-8 or JSON, not an object) is answered with one error frame; an oversize prefix then
-closes the connection, since the stream cannot be resynchronised. A close inside a frame is
-logged and gets no reply (there is nobody to read it).
+closes the connection, since the stream cannot be resynchronised. A close inside a length prefix
+gets no reply; a close inside a payload is answered ``{"correlation_id": null, "error":
+"Connection error", "results": null}``, as the origin's connection-error path does (notes 1.5),
+for a client that only half-closed and still reads.
 """
 
 from __future__ import annotations
@@ -110,6 +112,9 @@ class BrokerServer:
                     decoder.eof()
                 except FrameTruncated as exc:
                     log.info("broker client closed mid-frame: %s", exc)
+                    if exc.in_payload:
+                        with contextlib.suppress(ConnectionError, OSError):
+                            await self._send(writer, WireResponse(error=safe_error_message(exc)))
                 return
             try:
                 payloads = decoder.feed(data)

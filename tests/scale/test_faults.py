@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 
 import pytest
 
@@ -105,29 +106,41 @@ async def test_redis_down_degrades_and_recovers(pair, redis_proc, scale_llm, con
                                                 make_speech):
     a, b = pair
     wav = make_speech("Are you there?")
-    async with connect(a) as owned:  # a Redis-backed session owned by A
-        owned_id = owned.ready["id"]
-        await redis_proc.stop()
+    async with connect(a) as owned, contextlib.AsyncExitStack() as stack:
+        owned_id = owned.ready["id"]  # a Redis-backed session owned by A
+        await redis_proc.stop()  # no persistence: Redis comes back empty
         try:
-            async with connect(a) as fresh:  # new session while Redis is down: in memory
-                health = await a.health()
-                assert health["status"] == "degraded"
-                assert health["stores"]["sessions"]["status"] == "degraded"
-                await next_turn_works(fresh, scale_llm, wav)
-                await next_turn_works(owned, scale_llm, wav)  # the local copy carries on
-                await fresh.send({"type": "reconnect", "sessionId": "unknown-while-down"})
-                assert (await fresh.recv())["success"] is False
+            # new sessions while Redis is down live in memory: one stays connected, one leaves
+            fresh = await stack.enter_async_context(connect(a))
+            async with connect(a) as gone:
+                await next_turn_works(gone, scale_llm, wav)
+            health = await a.health()
+            assert health["status"] == "degraded"
+            assert health["stores"]["sessions"]["status"] == "degraded"
+            await next_turn_works(fresh, scale_llm, wav)
+            await next_turn_works(owned, scale_llm, wav)  # the local copy carries on
+            await fresh.send({"type": "reconnect", "sessionId": "unknown-while-down"})
+            assert (await fresh.recv())["success"] is False
         finally:
             await redis_proc.start()
         async with asyncio.timeout(scaled(15)):  # the probe notices Redis is back
             while a.sessions.degraded:  # noqa: ASYNC110 - the store has no public event
                 await asyncio.sleep(0.05)
         assert (await a.health())["status"] == "ok"
-        # the turn made while Redis was down was written back: B sees it
-        async with asyncio.timeout(scaled(10)):
-            while (seen := await b.sessions.get(owned_id)) is None or not seen.history:  # noqa: ASYNC110
-                await asyncio.sleep(0.05)
-        assert [m["role"] for m in seen.history] == ["user", "assistant"]
+        # every session that lived through the outage was written back: B sees each of them
+        for session_id in (owned_id, fresh.ready["id"], gone.ready["id"]):
+            async with asyncio.timeout(scaled(10)):
+                while (seen := await b.sessions._load(session_id)) is None or not seen.history:  # noqa: ASYNC110
+                    await asyncio.sleep(0.05)
+            assert [m["role"] for m in seen.history] == ["user", "assistant"]
+        assert fresh.ready["id"] in a.sessions._owned  # still A's: its turns go to Redis
+        async with asyncio.timeout(scaled(5)):  # let go once written
+            while gone.ready["id"] in a.sessions._owned:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        await next_turn_works(fresh, scale_llm, wav)
+        async with asyncio.timeout(scaled(5)):  # its next turn goes straight to Redis
+            while len((await b.sessions._load(fresh.ready["id"])).history) < 4:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
         async with connect(a) as after:  # new sessions go to Redis again
             assert after.ready["id"] in a.sessions._owned
 

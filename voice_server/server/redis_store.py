@@ -5,16 +5,20 @@ Layout (``prefix`` defaults to ``vs:``), every key with the session TTL, refresh
 * ``vs:s:<id>`` hash: ``state`` and ``meta`` (JSON), ``created_at``;
 * ``vs:h:<id>`` list: one JSON history message per item (a turn is an ``RPUSH``, never a rewrite);
 * ``vs:lease:<id>`` string: the id of the instance that owns the session, with a short expiry
-  renewed while it is connected. Only the owner runs the session's turns and writes it.
+  renewed while it is connected. Only the owner runs the session's turns and writes it;
+* ``vs:alive:<instance>`` string: the instance's heartbeat, expiring ``heartbeat_s`` (2 s) after
+  its last renewal (every half second).
 
 A reconnect on another instance *claims* the session: if a live instance holds the lease, it is
 asked (pub/sub channel ``vs:release:<instance>``) to let go; the old connection is cut, persisted
-and its lease released, then the new owner loads the session. A crashed owner's lease simply
-expires.
+and its lease released, then the new owner loads the session. A lease whose owner has no
+heartbeat (killed, frozen, cut off from Redis) is taken over at once, so a conversation resumes
+on another instance about 2 s after its owner died, not when the lease runs out.
 
 When Redis is unreachable the store is *degraded*: new sessions live in memory on this instance,
-owned sessions keep working from their local copy, and once Redis answers again those local
-copies are written back in full. The resume of a session held only in Redis waits for Redis.
+owned sessions keep working from their local copy, and once Redis answers again both are written
+back in full (the new ones become owned, leased sessions like any other). The resume of a session
+held only in Redis waits for Redis.
 """
 
 from __future__ import annotations
@@ -45,6 +49,9 @@ _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del
            "else return 0 end"
 _RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then " \
          "return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end"
+# Take a lease over from a given (dead) holder, only if it still holds it.
+_TAKE_OVER = "if redis.call('get', KEYS[1]) == ARGV[1] then " \
+             "return redis.call('set', KEYS[1], ARGV[2], 'PX', ARGV[3]) else return 0 end"
 
 
 class RedisSessionStore:
@@ -54,7 +61,7 @@ class RedisSessionStore:
                  lease_s: float = 15.0,
                  instance_id: str | None = None, prefix: str = "vs:",
                  probe_every_s: float = 1.0, claim_wait_s: float = 8.0,
-                 max_connections: int = 32) -> None:
+                 heartbeat_s: float = 2.0, max_connections: int = 32) -> None:
         self.ttl_s = ttl_s
         self.empty_ttl_s = ttl_s if empty_ttl_s is None else min(empty_ttl_s, ttl_s)
         self.lease_s = lease_s
@@ -62,6 +69,7 @@ class RedisSessionStore:
         self.prefix = prefix
         self.probe_every_s = probe_every_s
         self.claim_wait_s = claim_wait_s
+        self.heartbeat_s = heartbeat_s
         self.url = url
         self.degraded = False
         # Called with a session id when another instance claims a session this one owns.
@@ -76,15 +84,20 @@ class RedisSessionStore:
         self._redis = Redis.from_pool(pool)  # closing the client closes the pool
         self._release_lua = self._redis.register_script(_RELEASE)
         self._renew_lua = self._redis.register_script(_RENEW)
+        self._take_over_lua = self._redis.register_script(_TAKE_OVER)
         self._memory = InMemorySessionStore(ttl_s=ttl_s, empty_ttl_s=empty_ttl_s)
         self._owned: dict[str, Session] = {}
         self._dirty: set[str] = set()  # owned sessions written while Redis was down
+        self._unheld: set[str] = set()  # written back after an outage, nobody connected
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
 
     # ---- keys and codec -----------------------------------------------------------------------
     def _k(self, kind: str, session_id: str) -> str:
         return f"{self.prefix}{kind}:{session_id}"
+
+    def _alive_key(self, instance_id: str) -> str:
+        return f"{self.prefix}alive:{instance_id}"
 
     @property
     def _channel(self) -> str:
@@ -97,7 +110,7 @@ class RedisSessionStore:
     async def __aenter__(self) -> RedisSessionStore:
         await self._memory.__aenter__()
         try:
-            await self._redis.ping()
+            await self._beat()
         except RedisError as exc:
             self._mark_down(exc)
         self._tasks = [
@@ -123,6 +136,8 @@ class RedisSessionStore:
         self._tasks = []
         for session_id in list(self._owned):
             await self.release(session_id)
+        with contextlib.suppress(RedisError):  # a clean stop: no one waits for our heartbeat
+            await self._redis.delete(self._alive_key(self.instance_id))
         await self._memory.aclose()
         await self._redis.aclose()
 
@@ -185,6 +200,8 @@ class RedisSessionStore:
         """Give up ownership (the session stays in Redis for its TTL)."""
         self._owned.pop(session_id, None)
         self._dirty.discard(session_id)
+        self._unheld.discard(session_id)
+        await self._memory.release(session_id)  # one made during an outage: its TTL starts
         with contextlib.suppress(RedisError):
             await self._release_lua(keys=[self._k("lease", session_id)],
                                     args=[self.instance_id])
@@ -278,6 +295,14 @@ class RedisSessionStore:
             holder = await self._redis.get(key)
             if holder == self.instance_id:
                 return True
+            if holder is not None and not await self._redis.exists(self._alive_key(holder)):
+                # its owner is dead: take the lease over now rather than when it runs out
+                if await self._take_over_lua(keys=[key], args=[holder, self.instance_id,
+                                                               lease_ms]):
+                    log.info("session %s taken over from instance %s, which has no heartbeat",
+                             session_tag(session_id), holder)
+                    return True
+                continue
             if holder is not None and holder != asked:
                 await self._redis.publish(f"{self.prefix}release:{holder}", session_id)
                 asked = holder
@@ -286,18 +311,24 @@ class RedisSessionStore:
             await asyncio.sleep(delay)  # retry backoff while the old owner lets go
             delay = min(delay * 2, 0.25)
 
+    async def _beat(self) -> None:
+        """Say this instance is alive (also the probe of Redis)."""
+        await self._redis.set(self._alive_key(self.instance_id), "1",
+                              px=int(self.heartbeat_s * 1000))
+
     async def _probe_loop(self) -> None:
-        """Ping Redis; renew owned leases; write back local copies once Redis returns."""
+        """Beat; renew owned leases; write back local copies once Redis returns."""
         while True:
-            await asyncio.sleep(min(self.probe_every_s, self.lease_s / 3))
+            await asyncio.sleep(min(self.probe_every_s, self.heartbeat_s / 4, self.lease_s / 3))
             try:
-                await self._redis.ping()
+                await self._beat()
             except RedisError as exc:
                 self._mark_down(exc)
                 continue
             if self.degraded:
                 log.info("redis session store reachable again")
                 self.degraded = False
+                self._adopt_fallbacks()
             try:
                 await self._flush_dirty()
                 await self._renew_leases()
@@ -315,11 +346,20 @@ class RedisSessionStore:
                 log.warning("session %s: lease lost to another instance", session_tag(session_id))
                 await self._let_go(session_id)
 
+    def _adopt_fallbacks(self) -> None:
+        """Sessions created in memory during the outage become this instance's, to be written
+        back in full by ``_flush_dirty`` (and leased by ``_renew_leases``)."""
+        for session, held in self._memory.drain():
+            self._owned[session.id] = session
+            self._dirty.add(session.id)
+            if not held:  # its connection is gone: written back, then let go
+                self._unheld.add(session.id)
+
     async def _flush_dirty(self) -> None:
         for session_id in list(self._dirty):
             session = self._owned.get(session_id)
-            self._dirty.discard(session_id)
             if session is None:
+                self._dirty.discard(session_id)
                 continue
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.delete(self._k("h", session_id))
@@ -330,6 +370,10 @@ class RedisSessionStore:
                 pipe.pexpire(self._k("h", session_id), self._ttl_ms(session))
                 pipe.pexpire(self._k("s", session_id), self._ttl_ms(session))
                 await pipe.execute()
+            self._dirty.discard(session_id)  # only once written: an outage retries it
+            if session_id in self._unheld:
+                self._unheld.discard(session_id)
+                await self.release(session_id)
 
     async def _let_go(self, session_id: str) -> None:
         if session_id in self._owned and self.on_release is not None:

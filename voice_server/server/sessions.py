@@ -143,6 +143,15 @@ class InMemorySessionStore:
     async def count(self) -> int:
         return len(self._sessions)
 
+    def drain(self) -> list[tuple[Session, bool]]:
+        """Hand every live session over (to a store that is back), each with whether a
+        connection holds it; this store is empty afterwards."""
+        self.sweep()
+        out = [(session, sid in self._held) for sid, session in self._sessions.items()]
+        self._sessions.clear()
+        self._held.clear()
+        return out
+
     def sweep(self) -> int:
         expired = [sid for sid, s in self._sessions.items() if self._expired(s)]
         for sid in expired:

@@ -172,14 +172,15 @@ def build_systems(args: argparse.Namespace, llm_url: str, model: str, *,
     from voice_server.pipeline.tts import default_piper_voice
 
     overrides = json.loads(args.ours_settings)
-    ours_settings = {"port": 0, "ice_host_addresses": "127.0.0.1", "llm_provider":
-                     "openai_compat", "llm_base_url": llm_url, "llm_model": model,
-                     "llm_max_tokens": 60, **overrides}
+    loopback = {"ice_host_addresses": "127.0.0.1", "ice_candidate_allow": "127.0.0.1"}
+    ours_settings = {"port": 0, **loopback, "llm_provider": "openai_compat",
+                     "llm_base_url": llm_url, "llm_model": model, "llm_max_tokens": 60,
+                     **overrides}
     wanted = set(filter(None, args.only.split(",")))
     systems = [System("ours", [sys.executable, "bench/_ours_proc.py",
                                json.dumps(ours_settings)], llm_url)]
     if embedded:
-        own = {"port": 0, "ice_host_addresses": "127.0.0.1", "llm_max_tokens": 60, **overrides}
+        own = {"port": 0, **loopback, "llm_max_tokens": 60, **overrides}
         systems.append(System("ours_embedded", [sys.executable, "bench/_ours_proc.py",
                                                 json.dumps(own)], llm_url))
     if args.pipecat_python:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, NoDecode, SettingsConfigDict
 
 __all__ = ["ConfigError", "Settings", "load_settings", "read_config_file"]
@@ -48,6 +48,15 @@ class Settings(BaseSettings):
     ice_host_addresses: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="comma-separated local addresses ICE may gather host candidates on")
+    ice_candidate_allow: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="comma-separated networks (CIDR) whose client ICE "
+        "candidates are used besides public addresses, e.g. 192.168.0.0/16 on a LAN or "
+        "127.0.0.1 in tests; private, loopback and link-local candidates are dropped otherwise")
+    ice_candidate_deny: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="comma-separated networks (CIDR) whose client ICE "
+        "candidates are never used, even when public")
+    ice_candidate_min_port: int = Field(1024, ge=0, le=65535, description="client ICE "
+                                        "candidates on lower ports are dropped")
     rtc_jitter_prefetch_frames: int = Field(
         2, ge=0, le=15, description="inbound audio frames (20 ms each) the WebRTC jitter buffer "
         "holds before decoding (aiortc's own is 4): raise it on jittery networks")
@@ -62,11 +71,15 @@ class Settings(BaseSettings):
                                                            "its last connection ends")
     empty_session_ttl_s: float = Field(60.0, gt=0, description="keep a session in which "
                                        "nothing was said yet this long after its last use")
-    max_message_bytes: int = Field(16 * 1024 * 1024, ge=1024,
-                                   description="largest accepted WebSocket text message")
+    max_message_bytes: int = Field(0, ge=0, description="largest accepted WebSocket text "
+                                   "message (0: room for max_audio_seconds of 16 kHz mono WAV "
+                                   "plus max_attachment_bytes, in base64: 6.8 MB by default)")
     max_audio_seconds: float = Field(60.0, gt=0, description="longest accepted utterance")
-    max_attachment_bytes: int = Field(8 * 1024 * 1024, ge=0,
-                                      description="largest total size of one turn's images")
+    max_attachment_bytes: int = Field(4 * 1024 * 1024, ge=0, description="largest total size "
+                                      "of one turn's images (as sent, base64)")
+    input_budget_bytes: int = Field(256 * 1024 * 1024, ge=1024 * 1024, description="client "
+                                    "input (audio, images) held at once by all connections; "
+                                    "over it, new input gets RATE_LIMITED")
 
     max_sessions: int = Field(500, ge=1, description="most live connections on this instance")
     trusted_proxies: Annotated[list[str], NoDecode] = Field(
@@ -202,7 +215,7 @@ class Settings(BaseSettings):
     log_level: str = Field("INFO", description="logging level")
 
     @field_validator("ice_host_addresses", "allowed_origins", "turn_urls", "trusted_proxies",
-                     mode="before")
+                     "ice_candidate_allow", "ice_candidate_deny", mode="before")
     @classmethod
     def _split_commas(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -212,13 +225,21 @@ class Settings(BaseSettings):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
+    @model_validator(mode="after")
+    def _size_messages(self) -> Settings:
+        """``max_message_bytes`` 0: sized from what a message may carry (issue 20, item 9)."""
+        if self.max_message_bytes == 0:
+            wav = 44 + int(self.max_audio_seconds * 16_000) * 2
+            self.max_message_bytes = 4 * -(-wav // 3) + self.max_attachment_bytes + 64 * 1024
+        return self
+
     @field_validator("allowed_origins")
     @classmethod
     def _default_when_empty(cls, value: list[str]) -> list[str]:
         """An empty setting (compose's ``${ALLOWED_ORIGINS:-}``) means the default."""
         return value or list(DEFAULT_ORIGINS)
 
-    @field_validator("trusted_proxies")
+    @field_validator("trusted_proxies", "ice_candidate_allow", "ice_candidate_deny")
     @classmethod
     def _networks(cls, value: list[str]) -> list[str]:
         for entry in value:

@@ -134,7 +134,7 @@ def test_oversized_frames_close_only_their_connection(edge_url: str) -> None:
     with connect(edge_url) as bystander, connect(edge_url) as big:
         bystander.recv(timeout=10)
         big.recv(timeout=10)
-        big.send("x" * (200 * 1024))  # over max_size (2 x max_message_bytes)
+        big.send("x" * (200 * 1024))  # over max_size (max_message_bytes + 64 KiB)
         with pytest.raises(ConnectionClosed) as closed:
             while True:
                 big.recv(timeout=10)

@@ -38,6 +38,7 @@ async def rtc_server(rtc_llm: FakeOpenAI) -> AsyncIterator[VoiceServer]:
     """Real VAD, STT and TTS; a scripted LLM so answers (and their length) are known."""
     settings = load_settings(port=0, llm_provider="openai_compat", llm_base_url=rtc_llm.base_url,
                              llm_model="fake-model", ice_host_addresses="127.0.0.1",
+                             ice_candidate_allow="127.0.0.1",
                              interim_transcripts=False)
     async with VoiceServer(settings) as server:
         yield server

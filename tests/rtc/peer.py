@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -80,14 +81,17 @@ class RtcClient:
     async def send(self, payload: dict[str, Any]) -> None:
         await self.ws.send(json.dumps(payload))
 
-    async def negotiate(self, *, with_mic: bool = True, timeout: float = 10) -> None:
+    async def negotiate(self, *, with_mic: bool = True, timeout: float = 10,
+                        edit_sdp: Callable[[str], str] = str) -> None:
+        """Offer, apply the answer, wait for the data channel; ``edit_sdp`` may change the
+        offer's text on its way to the server."""
         if with_mic and not any(t.sender.track is self.mic for t in self.pc.getTransceivers()):
             self.pc.addTrack(self.mic)
         offer = await self.pc.createOffer()
         _restrict_host_addresses(self.pc, ["127.0.0.1"])
         await self.pc.setLocalDescription(offer)
-        await self.send({"type": "offer", "signal": {"type": "offer",
-                                                     "sdp": self.pc.localDescription.sdp}})
+        sdp = edit_sdp(self.pc.localDescription.sdp)
+        await self.send({"type": "offer", "signal": {"type": "offer", "sdp": sdp}})
         answer = await asyncio.wait_for(self._signals.get(), timeout)
         await self.pc.setRemoteDescription(RTCSessionDescription(**answer["signal"]))
         set_audio_jitter_prefetch(self.pc, self.jitter_prefetch)

@@ -19,6 +19,7 @@ pytestmark = pytest.mark.slow
 async def test_data_channel_messages_keep_the_connection_and_are_rate_limited(rtc_llm):
     settings = load_settings(port=0, llm_provider="openai_compat", llm_base_url=rtc_llm.base_url,
                              llm_model="fake-model", ice_host_addresses="127.0.0.1",
+                             ice_candidate_allow="127.0.0.1",
                              preload_models=False, idle_timeout_s=scaled(1.5),
                              max_messages_per_s=4, message_burst=6)
     async with VoiceServer(settings) as server, \

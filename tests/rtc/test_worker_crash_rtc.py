@@ -27,7 +27,8 @@ pytestmark = pytest.mark.slow
 async def server():
     """The default models, the embedded LLM included: three workers to kill."""
     settings = load_settings(port=0, llm_max_tokens=40, llm_temperature=0.0,
-                             ice_host_addresses="127.0.0.1", interim_transcripts=False)
+                             ice_host_addresses="127.0.0.1",
+                             ice_candidate_allow="127.0.0.1", interim_transcripts=False)
     async with VoiceServer(settings) as srv:
         yield srv
 

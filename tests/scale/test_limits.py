@@ -4,6 +4,7 @@ server stays healthy for everyone else."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import socket
@@ -141,3 +142,43 @@ def test_ipv6_clients_are_counted_by_their_64():
     assert admission.admit("2001:db8:1:3::1") is None  # another /64
     admission.release("2001:db8:1:2::2")
     assert admission.admit("2001:db8:1:2::99") is None
+
+
+def test_the_default_message_size_is_sized_from_what_a_message_carries():
+    """Issue 20, item 9: 60 s of 16 kHz mono WAV plus a turn's images, in base64, and not the
+    old 16 MB (32 MB frames)."""
+    s = load_settings()
+    wav_b64 = 4 * -(-(44 + 60 * 16000 * 2) // 3)
+    assert wav_b64 + s.max_attachment_bytes <= s.max_message_bytes < 8 * 1024 * 1024
+
+
+async def test_input_over_the_server_memory_budget_gets_a_clear_error(connect):
+    """Images held by all connections count against one budget: over it, new input is refused
+    RATE_LIMITED (and the connection stays usable); when their holder leaves, it is accepted."""
+    settings = load_settings(port=0, preload_models=False, input_budget_bytes=1_500_000,
+                             max_attachment_bytes=700_000)
+    image = base64.b64encode(b"\xff\xd8" + b"x" * 450_000).decode()  # 600 KB as sent
+    frame = {"type": "attachments", "attachments": [
+        {"type": "image", "data": image, "mimeType": "image/jpeg"}]}
+    async with VoiceServer(settings) as server:
+        async with connect(server) as holder:
+            await holder.send(frame)
+            await holder.send({"type": "ping", "timestamp": 1})
+            assert (await holder.recv())["type"] == "pong"  # held, no error
+            assert server.input_budget.in_use == len(image)
+            async with connect(server) as other:
+                await other.send(frame)
+                err = await other.recv()
+                assert err["code"] == "RATE_LIMITED" and "memory budget" in err["message"]
+                await other.send({"type": "ping", "timestamp": 2})
+                assert (await other.recv())["type"] == "pong"
+        async with connect(server) as later:
+            await later.send(frame)
+            await later.send({"type": "ping", "timestamp": 3})
+            assert (await later.recv())["type"] == "pong"
+        # every byte is given back: the images' turn never came, their connections closed
+        for _ in range(50):
+            if server.input_budget.in_use == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert server.input_budget.in_use == 0

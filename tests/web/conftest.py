@@ -61,7 +61,8 @@ async def voice_server(web_llm: Any) -> AsyncIterator[Any]:
     from voice_server.server.app import VoiceServer
 
     settings = load_settings(port=0, llm_provider="openai_compat", llm_base_url=web_llm.base_url,
-                             llm_model="fake-model", ice_host_addresses="127.0.0.1")
+                             llm_model="fake-model", ice_host_addresses="127.0.0.1",
+                             ice_candidate_allow="127.0.0.1")
     async with VoiceServer(settings) as server:
         yield server
 

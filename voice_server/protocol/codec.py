@@ -43,7 +43,7 @@ def _describe(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors(include_url=False)[:3]:
         where = ".".join(str(p) for p in err["loc"]) or "message"
-        parts.append(f"{where}: {err['msg']}")
+        parts.append(f"{where}: {err['msg'].removeprefix('Value error, ')}")
     return "; ".join(parts)
 
 

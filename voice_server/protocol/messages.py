@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from .codes import ErrorCode
+from .sdp import offer_problem
 
 __all__ = [
     "CLIENT_MESSAGES",
@@ -97,8 +98,17 @@ class Ping(Message):
 
 
 class Offer(Message):
+    """Its SDP must have the shape of an offer (see ``sdp.offer_problem``)."""
+
     type: Literal["offer"] = "offer"
     signal: SessionDescription
+
+    @field_validator("signal")
+    @classmethod
+    def _an_offer(cls, signal: SessionDescription) -> SessionDescription:
+        if signal.type == "offer" and (problem := offer_problem(signal.sdp)) is not None:
+            raise ValueError(f"the SDP {problem}")
+        return signal
 
 
 class Reconnect(Message):

@@ -35,7 +35,7 @@ from ..protocol import VisionAttachment
 from .auth import TokenSigner, turn_credentials
 from .connection import Connection
 from .http import HttpRoutes
-from .limits import Admission
+from .limits import Admission, MemoryBudget
 from .sessions import InMemorySessionStore, Session, SessionStore
 
 __all__ = ["VoiceServer", "run_forever"]
@@ -69,6 +69,7 @@ class VoiceServer:
         self.router = build_router(settings, others=self.pool.shared,
                                    on_worker_restart=self.metrics.worker_restarted)
         self.sessions: SessionStore = self._session_store()
+        self.input_budget = MemoryBudget(settings.input_budget_bytes)
         self.admission = Admission(max_total=settings.max_sessions,
                                    max_per_ip=settings.max_sessions_per_ip)
         self.signer = TokenSigner(settings.auth_secret) if settings.auth_secret else None
@@ -123,12 +124,19 @@ class VoiceServer:
             log.info("sidecars: %s", self.sidecars)
         self._server = await serve(
             self._handle, self.settings.host, self.settings.port,
-            process_request=self.routes, max_size=2 * self.settings.max_message_bytes,
+            process_request=self.routes, max_size=self._frame_limit(),
             compression=None, ping_interval=20, ping_timeout=20, server_header=None,
-            max_queue=4, write_limit=64 * 1024)
+            max_queue=2, write_limit=64 * 1024)
         log.info("voice-server %s listening on ws://%s:%d/ws", __version__, self.settings.host,
                  self.port)
         return self
+
+    def _frame_limit(self) -> int:
+        """A frame somewhat over ``max_message_bytes`` is read and answered INVALID_MESSAGE;
+        a larger one closes the connection (1009) unread. With ``max_queue`` 2, a connection
+        holds at most about four frames of this size (queued, being read, being handled)."""
+        limit = self.settings.max_message_bytes
+        return limit + max(64 * 1024, limit // 8)
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()

@@ -58,6 +58,8 @@ log = logging.getLogger(__name__)
 
 # Payload messages also go to the data channel (spec: "Transport Channels").
 SIGNALING_TYPES = {"ready", "pong", "signal", "reconnect-ack"}
+_BUSY = ("the server holds as much client input as its memory budget allows ({} MiB); "
+         "message dropped, try again in a moment")
 
 
 class Connection:
@@ -68,6 +70,7 @@ class Connection:
         self.session: Session | None = None
         self.rtc: Any = None  # RtcPeer once an offer arrived
         self._attachments: list[VisionAttachment] = []
+        self._attachment_bytes = 0  # their size, counted in the server's input budget
         self._job: asyncio.Task[None] | None = None
         self._turn: Turn | None = None
         self._closed = False
@@ -187,6 +190,9 @@ class Connection:
             return
         self._closed = True
         await self.interrupt()
+        self._attachments.clear()
+        self.server.input_budget.give_back(self._attachment_bytes)
+        self._attachment_bytes = 0
         if self.rtc is not None:
             await self.rtc.close()
             self.rtc = None
@@ -220,14 +226,24 @@ class Connection:
         if len(raw) > self.settings.max_message_bytes:
             await self.send_error(ErrorCode.INVALID_MESSAGE,
                                   f"message of {len(raw)} bytes exceeds the limit of "
-                                  f"{self.settings.max_message_bytes} bytes")
+                                  f"{self.settings.max_message_bytes} bytes (send audio as "
+                                  "16 kHz mono WAV)")
+            return
+        budget = self.server.input_budget
+        counted = len(raw) if len(raw) >= budget.counted_from else 0
+        if counted and not budget.take(counted):
+            await self.send_error(ErrorCode.RATE_LIMITED, _BUSY.format(budget.limit // 2**20))
             return
         try:
-            message = parse_client(raw)
-        except ProtocolError as exc:
-            await self.send_error(exc.code, str(exc))
-            return
-        await self.handle(message)
+            try:
+                message = parse_client(raw)
+            except ProtocolError as exc:
+                await self.send_error(exc.code, str(exc))
+                return
+            del raw
+            await self.handle(message)
+        finally:
+            budget.give_back(counted)
 
     async def handle(self, message: Message | UnknownMessage) -> None:
         """Dispatch one parsed client message (from the WebSocket or the data channel)."""
@@ -281,10 +297,16 @@ class Connection:
         await self.send(ReconnectAck(success=True, session_id=old.id, history_recovered=True))
 
     def _queue_attachments(self, attachments: list[VisionAttachment]) -> None:
-        size = sum(len(a.data) for a in self._attachments + attachments)
-        if size > self.settings.max_attachment_bytes:
+        """Hold images for the next turn, counted in the server's input budget until that
+        turn ends (or the connection closes)."""
+        added = sum(len(a.data) for a in attachments)
+        if self._attachment_bytes + added > self.settings.max_attachment_bytes:
             raise ProtocolError(ErrorCode.INVALID_MESSAGE,
                                 f"attachments exceed {self.settings.max_attachment_bytes} bytes")
+        budget = self.server.input_budget
+        if not budget.take(added):
+            raise ProtocolError(ErrorCode.RATE_LIMITED, _BUSY.format(budget.limit // 2**20))
+        self._attachment_bytes += added
         self._attachments.extend(attachments)
 
     async def _on_audio(self, message: Audio) -> None:
@@ -307,7 +329,12 @@ class Connection:
             return
         if self.rtc is None:
             self.rtc = rtc_factory(self)
-        await self.rtc.handle_offer(message.signal)
+        try:
+            await self.rtc.handle_offer(message.signal)
+        except ProtocolError:  # a failed negotiation leaves no peer, tracks or tasks behind
+            rtc, self.rtc = self.rtc, None
+            await rtc.close()
+            raise
 
     # ---- utterances and turns ---------------------------------------------------------------
     async def interrupt(self) -> bool:
@@ -339,9 +366,12 @@ class Connection:
         assert self.session is not None
         record = record or TurnRecord(session_id=self.session.id)
         attachments, self._attachments = self._attachments, []
+        held, self._attachment_bytes = self._attachment_bytes, 0
         self._job = asyncio.create_task(self._answer(pcm, output, record, attachments,
                                                      transcript, emit or self.send),
                                         name=f"utterance-{session_tag(self.session.id)}")
+        if held:
+            self._job.add_done_callback(lambda _: self.server.input_budget.give_back(held))
 
     async def _answer(self, pcm: np.ndarray, output: SpeechOutput, record: TurnRecord,
                       attachments: list[VisionAttachment],

@@ -106,3 +106,24 @@ class Admission:
             del self._per_ip[ip]
         else:
             self._per_ip[ip] = count - 1
+
+
+class MemoryBudget:
+    """Bytes of client input held at once across all connections (audio being decoded, images
+    waiting for their turn); ``take`` is False, counting nothing, when ``n`` would pass the
+    limit. Small messages are not worth counting: callers count those from ``counted_from``."""
+
+    counted_from = 64 * 1024
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.in_use = 0
+
+    def take(self, n: int) -> bool:
+        if self.in_use + n > self.limit:
+            return False
+        self.in_use += n
+        return True
+
+    def give_back(self, n: int) -> None:
+        self.in_use = max(0, self.in_use - n)

@@ -33,13 +33,14 @@ from ..protocol import (
     SpeechStart,
     Transcript,
 )
+from .ice_policy import CandidatePolicy, filter_offer_candidates
 from .rtc_audio import HeldOutput, OutboundAudioTrack, RtcSpeechOutput
 
 if TYPE_CHECKING:
     from .app import VoiceServer
     from .connection import Connection
 
-__all__ = ["RtcPeer", "rtc_factory", "strip_mdns_candidates"]
+__all__ = ["RtcPeer", "rtc_factory"]
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +48,13 @@ INTERIM_AFTER_S = 1.5
 INTERIM_EVERY_S = 1.0
 
 
-def strip_mdns_candidates(sdp: str) -> str:
-    """Drop ``.local`` (mDNS) candidates: resolving them can stall negotiation, and the peer's
-    checks to our candidates reveal its address anyway (peer-reflexive)."""
-    lines = sdp.splitlines()
-    kept = [ln for ln in lines
-            if not (ln.startswith("a=candidate:") and len(ln.split()) > 4
-                    and ln.split()[4].endswith(".local"))]
-    return "\r\n".join(kept) + "\r\n"
+def _reason(exc: Exception) -> str:
+    """An exception as a short sentence for the client (aiortc's parser fails on garbage with
+    bare IndexError or KeyError, whose text alone says nothing)."""
+    text = str(exc).strip()
+    if isinstance(exc, ValueError) and text:
+        return text[:200]
+    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
 
 
 def _ice_servers(config: list[dict[str, Any]]) -> list[RTCIceServer]:
@@ -112,8 +112,9 @@ def set_audio_jitter_prefetch(pc: RTCPeerConnection, frames: int) -> bool:
 
 
 class RtcPeer:
-    def __init__(self, conn: Connection, server: VoiceServer) -> None:
+    def __init__(self, conn: Connection, server: VoiceServer, policy: CandidatePolicy) -> None:
         self._conn = conn
+        self._policy = policy
         self._server = server
         settings = server.settings
         self._host_addresses = settings.ice_host_addresses
@@ -135,20 +136,27 @@ class RtcPeer:
             raise ProtocolError(ErrorCode.INVALID_MESSAGE, "offer.signal.type must be 'offer'")
         async with self._lock:
             try:
-                offer = RTCSessionDescription(sdp=strip_mdns_candidates(signal.sdp), type="offer")
+                sdp, refused = filter_offer_candidates(signal.sdp, self._policy)
+                if refused:
+                    log.info("ICE candidates not used (%d): %s", len(refused),
+                             "; ".join(refused[:5]))
+                offer = RTCSessionDescription(sdp=sdp, type="offer")
                 await self.pc.setRemoteDescription(offer)
+            except Exception as exc:  # the offer's content: the client's mistake
+                log.info("WebRTC offer refused: %s: %s", type(exc).__name__, exc)
+                raise ProtocolError(ErrorCode.INVALID_MESSAGE,
+                                    f"the offer's SDP was refused: {_reason(exc)}") from None
+            try:
                 set_audio_jitter_prefetch(self.pc, self._server.settings.rtc_jitter_prefetch_frames)
                 self._attach_outbound()
                 if self._host_addresses:
                     _restrict_host_addresses(self.pc, self._host_addresses)
                 answer = await self.pc.createAnswer()
                 await self.pc.setLocalDescription(answer)
-            except ProtocolError:
-                raise
             except Exception as exc:
-                log.warning("WebRTC negotiation failed: %s", exc)
+                log.warning("WebRTC negotiation failed: %s: %s", type(exc).__name__, exc)
                 raise ProtocolError(ErrorCode.CONNECTION_FAILED,
-                                    f"WebRTC negotiation failed: {exc}") from None
+                                    f"WebRTC negotiation failed: {_reason(exc)}") from None
             local = self.pc.localDescription
             await self._conn.send(Signal(signal=SessionDescription(type=local.type,
                                                                    sdp=local.sdp)))
@@ -352,7 +360,11 @@ class _Speculation:
 def rtc_factory(server: VoiceServer):
     """The per-connection WebRTC constructor the server uses for ``offer`` messages."""
 
+    s = server.settings
+    policy = CandidatePolicy.from_lists(s.ice_candidate_allow, s.ice_candidate_deny,
+                                        s.ice_candidate_min_port)
+
     def make(conn: Connection) -> RtcPeer:
-        return RtcPeer(conn, server)
+        return RtcPeer(conn, server, policy)
 
     return make

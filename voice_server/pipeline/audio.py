@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import struct
 import wave
 
 import av
@@ -86,8 +87,14 @@ def decode_wav(data: bytes, *, max_seconds: float, to_rate: int = STT_RATE) -> n
                 raise AudioFormatError(
                     f"audio is {frames / rate:.1f} s long; the limit is {max_seconds:g} s")
             raw = wav.readframes(frames)
-    except (wave.Error, EOFError) as exc:
+    except AudioFormatError:
+        raise
+    except (wave.Error, EOFError, struct.error) as exc:
         raise AudioFormatError(f"unsupported or corrupt WAV: {exc}") from None
+    except (RuntimeError, OSError, ValueError):  # wave's chunk reader raises a bare
+        # RuntimeError when a chunk's declared size runs past the end of the data
+        raise AudioFormatError("corrupt WAV: a chunk's size runs past the end of the file") \
+            from None
     raw = raw[:len(raw) - len(raw) % width]  # a last partial sample: decode as far as it goes
     if width == 1:
         pcm = ((np.frombuffer(raw, dtype=np.uint8).astype(np.int16) - 128) << 8)

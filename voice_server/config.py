@@ -101,6 +101,9 @@ class Settings(BaseSettings):
                                "sessions between instances")
     session_lease_s: float = Field(15.0, gt=0, description="a session's ownership lease by one "
                                    "instance (renewed while connected)")
+    session_heartbeat_s: float = Field(2.0, gt=0, description="an instance silent in Redis "
+                                       "this long is dead: its sessions are taken over at once "
+                                       "(it beats four times as often)")
     session_claim_wait_s: float = Field(8.0, gt=0, description="how long a reconnect waits for "
                                         "the instance owning the session to let it go")
     auth_secret: str | None = Field(None, description="HMAC secret; when set every connection "

@@ -150,7 +150,8 @@ class VoiceServer:
 
         store = RedisSessionStore(s.session_store, ttl_s=s.session_ttl_s,
                                   empty_ttl_s=s.empty_session_ttl_s,
-                                  lease_s=s.session_lease_s, claim_wait_s=s.session_claim_wait_s)
+                                  lease_s=s.session_lease_s, claim_wait_s=s.session_claim_wait_s,
+                                  heartbeat_s=s.session_heartbeat_s)
         store.on_release = self.evict
         return store
 

@@ -21,8 +21,8 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 
 from tests.rtc.peer import RtcClient, mono_pcm
+from voice_server.compat import restrict_ice_host_addresses, set_audio_jitter_prefetch
 from voice_server.pipeline.audio import rms
-from voice_server.server.rtc import _restrict_host_addresses, set_audio_jitter_prefetch
 from voice_server.server.rtc_audio import OutboundAudioTrack
 
 __all__ = ["LOUD", "PipecatClient", "RtcClient", "barge_in", "speech_bounds", "turn"]
@@ -63,7 +63,7 @@ class PipecatClient:
     async def negotiate(self, timeout: float = 120) -> None:
         self.pc.addTrack(self.mic)
         offer = await self.pc.createOffer()
-        _restrict_host_addresses(self.pc, ["127.0.0.1"])
+        restrict_ice_host_addresses(self.pc, ["127.0.0.1"])
         await self.pc.setLocalDescription(offer)
         async with aiohttp.ClientSession() as http, http.post(
                 f"{self.base_url}/api/offer",

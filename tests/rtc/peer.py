@@ -15,8 +15,8 @@ import websockets
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 
+from voice_server.compat import restrict_ice_host_addresses, set_audio_jitter_prefetch
 from voice_server.pipeline.audio import decode_wav
-from voice_server.server.rtc import _restrict_host_addresses, set_audio_jitter_prefetch
 from voice_server.server.rtc_audio import OutboundAudioTrack
 
 __all__ = ["RtcClient", "mono_pcm"]
@@ -88,7 +88,7 @@ class RtcClient:
         if with_mic and not any(t.sender.track is self.mic for t in self.pc.getTransceivers()):
             self.pc.addTrack(self.mic)
         offer = await self.pc.createOffer()
-        _restrict_host_addresses(self.pc, ["127.0.0.1"])
+        restrict_ice_host_addresses(self.pc, ["127.0.0.1"])
         await self.pc.setLocalDescription(offer)
         sdp = edit_sdp(self.pc.localDescription.sdp)
         await self.send({"type": "offer", "signal": {"type": "offer", "sdp": sdp}})

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from ..compat import llama_model, llama_sampler
 from .types import ToolCall
 
 __all__ = ["OPEN", "TRIGGERS", "StopText", "ToolCallSplitter", "chat_formatter", "forced_call",
@@ -261,9 +262,9 @@ def _parse_call(body: str) -> tuple[str, dict[str, Any]] | None:
 def sampler(params: Any, model: Any, trigger_tokens: list[int]) -> Any:
     """The sampler chain llama-cpp-python uses by default (top-k 40, top-p 0.95, min-p 0.05),
     after the grammar if the answer has one."""
-    from llama_cpp import _internals, llama_grammar
+    from llama_cpp import llama_grammar
 
-    chain = _internals.LlamaSampler()
+    chain = llama_sampler()
     if params.grammar:
         grammar = llama_grammar.LlamaGrammar.from_string(params.grammar, verbose=False)
         if params.grammar_lazy:
@@ -317,7 +318,7 @@ def chat_formatter(llama: Any) -> Formatter:
 
     template = llama.metadata.get("tokenizer.chat_template")
     if template:
-        model = llama._model
+        model = llama_model(llama)
         eos, bos = model.token_eos(), model.token_bos()
         formatter: Any = llama_chat_format.Jinja2ChatFormatter(
             template=template,

@@ -50,6 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from ..compat import llama_batch, llama_context, llama_model
 from .errors import LLMBadRequest, LLMError
 from .local_decoding import OPEN, StopText, chat_formatter, sample_token, sampler
 from .types import StreamEvent, Usage
@@ -127,7 +128,6 @@ class LlamaEngine:
                  ahead: int = 4, urgent_tokens: int = 12, n_batch: int = 512,
                  others: OtherWork | None = None) -> None:
         import llama_cpp
-        from llama_cpp import _internals
 
         self._c = llama_cpp
         self._llama = llama
@@ -137,10 +137,10 @@ class LlamaEngine:
         params.n_seq_max = slots
         params.kv_unified = True
         params.n_threads = params.n_threads_batch = 1  # see the module docstring
-        self._ctx = _internals.LlamaContext(model=llama._model, params=params, verbose=False)
-        self._batch = _internals.LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=False)
+        self._ctx = llama_context(llama, params)
+        self._batch = llama_batch(n_batch)
         self._memory = llama_cpp.llama_get_memory(self._ctx.ctx)
-        self._vocab = llama_cpp.llama_model_get_vocab(llama._model.model)
+        self._vocab = llama_cpp.llama_model_get_vocab(llama_model(llama).model)
         self._n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx.ctx))  # shared by all slots
         self._n_batch = n_batch
@@ -293,7 +293,7 @@ class LlamaEngine:
         log.debug("slot %d: prompt of %d tokens, %d cached", slot.id, len(gen.prompt), keep)
         gen.max_tokens = min(gen.params.max_tokens, self.n_ctx - len(gen.prompt))
         try:
-            gen.sampler = sampler(gen.params, self._llama._model, self._trigger_tokens)
+            gen.sampler = sampler(gen.params, llama_model(self._llama), self._trigger_tokens)
         except Exception as exc:  # a grammar llama.cpp does not accept
             self._finish(gen, error=LLMBadRequest(f"cannot use the tools' grammar: {exc}",
                                                   provider="local"))
@@ -415,7 +415,7 @@ class LlamaEngine:
         gen.sampler = None  # freed here, on the thread that samples with it
         try:
             gen.sampler = sampler(replace(gen.params, grammar=grammar, grammar_lazy=False),
-                                  self._llama._model, self._trigger_tokens)
+                                  llama_model(self._llama), self._trigger_tokens)
         except Exception as exc:
             self._finish(gen, error=LLMBadRequest(f"cannot use the answer's grammar: {exc}",
                                                   provider="local"))

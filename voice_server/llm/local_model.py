@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..compat import llama_model
 from .errors import LLMError
 from .local_engine import Generation, LlamaEngine, OtherWork, SamplingParams
 
@@ -38,7 +39,7 @@ class LlamaService:
         # tool calls use the engine's context, so its own stays the smallest llama.cpp allows.
         self._llama = Llama(model_path=str(self.model_path), n_ctx=256, n_threads=n_threads,
                             verbose=False)
-        n_ctx = min(n_ctx, self._llama._model.n_ctx_train() or n_ctx)
+        n_ctx = min(n_ctx, llama_model(self._llama).n_ctx_train() or n_ctx)
         self._engine = LlamaEngine(self._llama, slots=slots, n_ctx=n_ctx,
                                    n_threads=n_threads, others=others)
         self._generations: dict[int, Generation] = {}

@@ -21,6 +21,7 @@ import numpy as np
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 
+from ..compat import restrict_ice_host_addresses, set_audio_jitter_prefetch
 from ..metrics import TurnRecord
 from ..pipeline.audio import STT_RATE, Resampler
 from ..pipeline.vad import StreamingVAD, VADSettings
@@ -65,52 +66,6 @@ def _ice_servers(config: list[dict[str, Any]]) -> list[RTCIceServer]:
     return servers
 
 
-def _restrict_host_addresses(pc: RTCPeerConnection, addresses: list[str]) -> None:
-    """Gather host candidates only on ``addresses`` (loopback allowed), per connection."""
-    for transceiver in pc.getTransceivers():
-        _restrict_transport(transceiver.sender.transport, addresses)
-    sctp = pc.sctp
-    if sctp is not None:
-        _restrict_transport(sctp.transport, addresses)
-
-
-def _restrict_transport(dtls: Any, addresses: list[str]) -> None:
-    if dtls is None:
-        return
-    connection = dtls.transport.iceGatherer._connection  # aioice.Connection
-    if getattr(connection, "_voice_restricted", False):
-        return
-    original = connection.get_component_candidates
-    allowed = list(addresses)
-
-    def only_configured(*, component: int, addresses: list[str], timeout: int = 5):
-        return original(component=component, addresses=allowed, timeout=timeout)
-
-    connection.get_component_candidates = only_configured
-    connection._voice_restricted = True
-
-
-def set_audio_jitter_prefetch(pc: RTCPeerConnection, frames: int) -> bool:
-    """Hold ``frames`` 20 ms audio frames in each inbound audio jitter buffer instead of
-    aiortc's fixed 4 (80 ms): every frame held is latency added to the end of the user's turn.
-    aiortc has no option for it, so this replaces the receiver's (private) buffer before any
-    packet arrives; returns False, changing nothing, if this aiortc version differs."""
-    from aiortc.jitterbuffer import JitterBuffer
-
-    done = False
-    for transceiver in pc.getTransceivers():
-        receiver = transceiver.receiver
-        current = getattr(receiver, "_RTCRtpReceiver__jitter_buffer", None)
-        if transceiver.kind != "audio" or not isinstance(current, JitterBuffer):
-            continue
-        if any(p is not None for p in current._packets):  # already receiving: leave it
-            continue
-        receiver._RTCRtpReceiver__jitter_buffer = JitterBuffer(capacity=current.capacity,
-                                                               prefetch=frames)
-        done = True
-    return done
-
-
 class RtcPeer:
     def __init__(self, conn: Connection, server: VoiceServer, policy: CandidatePolicy) -> None:
         self._conn = conn
@@ -150,7 +105,7 @@ class RtcPeer:
                 set_audio_jitter_prefetch(self.pc, self._server.settings.rtc_jitter_prefetch_frames)
                 self._attach_outbound()
                 if self._host_addresses:
-                    _restrict_host_addresses(self.pc, self._host_addresses)
+                    restrict_ice_host_addresses(self.pc, self._host_addresses)
                 answer = await self.pc.createAnswer()
                 await self.pc.setLocalDescription(answer)
             except Exception as exc:

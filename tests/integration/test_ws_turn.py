@@ -120,13 +120,13 @@ async def test_reconnect_unknown_id_is_refused(scripted_server, connect):
 
 async def test_bad_input_is_answered_and_service_continues(scripted_server, fake_llm, connect,
                                                            make_speech):
-    """Malformed JSON, a 20 MB frame, non-WAV audio, binary frames and a burst of messages get
-    errors; the same connection then completes a normal turn."""
+    """Malformed JSON, a frame over the message limit, non-WAV audio, binary frames and a burst
+    of messages get errors; the same connection then completes a normal turn."""
     async with connect(scripted_server) as client:
         cases = [
             ("{not json", "INVALID_MESSAGE"),
             (json.dumps({"type": "ping"}), "INVALID_MESSAGE"),
-            ("x" * (20 * 1024 * 1024), "INVALID_MESSAGE"),
+            ("x" * (scripted_server.settings.max_message_bytes + 1000), "INVALID_MESSAGE"),
             (json.dumps({"type": "audio", "data": base64.b64encode(b"ID3 not a wav at all "
                                                                    b"" * 4).decode()}),
              "INVALID_AUDIO_FORMAT"),

@@ -11,7 +11,8 @@ from voice_server import protocol as p
 
 CLIENT_SAMPLES = [
     {"type": "ping", "timestamp": 1700000000000},
-    {"type": "offer", "signal": {"type": "offer", "sdp": "v=0\r\n"}},
+    {"type": "offer", "signal": {"type": "offer", "sdp": "v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\n"
+                                 "s=-\r\nt=0 0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\n"}},
     {"type": "reconnect", "sessionId": "abc123"},
     {"type": "audio", "data": "UklGRg=="},
     {"type": "audio", "data": "UklGRg==",

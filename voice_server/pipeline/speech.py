@@ -43,6 +43,7 @@ class SpeechOutput(Protocol):
 
     heard: HeardText
     gaps_ms: list[float]  # silences between two pieces because the next was not ready yet
+    discarded: bool  # never heard (a speculative answer dropped): leaves no history
 
     async def play(self, text: str, pcm: np.ndarray, sample_rate: int) -> None:
         """Queue one sentence; the first call of a turn announces ``tts-start``."""
@@ -59,6 +60,8 @@ class SpeechOutput(Protocol):
 
 class ChunkMessageOutput:
     """Fallback output: each sentence becomes one ``tts-chunk`` (base64 PCM16 at Piper's rate)."""
+
+    discarded = False
 
     def __init__(self, emit: Emit) -> None:
         self._emit = emit

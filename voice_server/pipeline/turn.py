@@ -62,6 +62,14 @@ class Responder(Protocol):
 
     def respond(self, ctx: TurnContext) -> AsyncIterator[str]: ...
 
+    def interruptible(self, state: dict[str, Any]) -> bool:
+        """May the user barge in now (``state``: the session's persisted state)?"""
+        ...
+
+    def turn_taking(self, state: dict[str, Any]) -> dict[str, Any]:
+        """VAD overrides for now (``Settings.vad_<name>`` keys, ``barge_in``); may be empty."""
+        ...
+
 
 @dataclass(frozen=True)
 class HistoryWindow:
@@ -113,6 +121,12 @@ class ChatResponder:
         self._history = history
         self._timeout_s = timeout_s
 
+    def interruptible(self, state: dict[str, Any]) -> bool:
+        return True
+
+    def turn_taking(self, state: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
     async def respond(self, ctx: TurnContext) -> AsyncIterator[str]:
         messages = [{"role": "system", "content": self._system},
                     *llm_messages(ctx.history, self._history), ctx.user_message]
@@ -138,7 +152,6 @@ class Turn:
 
     def __init__(self, *, ctx: TurnContext, responder: Responder, tts: PiperTTS,
                  output: SpeechOutput, record: TurnRecord,
-                 on_done: Callable[[Turn], None] | None = None,
                  chunker: Callable[[], SentenceChunker] = SentenceChunker,
                  guard: Callable[[], AnswerGuard] = AnswerGuard) -> None:
         self.ctx = ctx
@@ -147,7 +160,6 @@ class Turn:
         self._tts = tts
         self._output = output
         self._emit = ctx.emit
-        self._on_done = on_done
         self._task: asyncio.Task[None] | None = None
         self._text: list[str] = []
         self._first_synthesized = asyncio.Event()
@@ -165,9 +177,18 @@ class Turn:
         return self._task is None or self._task.done()
 
     async def wait(self) -> None:
-        if self._task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(self._task)
+        """Until the turn ends, however: finished, failed or cancelled by ``cancel()`` (what
+        it said by then is in ``committed``). A cancellation of the caller propagates."""
+        if self._task is None:
+            return
+        try:
+            await asyncio.shield(self._task)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # the waiter itself is being cancelled
+            if not self._task.done():
+                raise
 
     async def cancel(self) -> bool:
         """Stop now (barge-in or superseded). Returns True if speech was cut."""
@@ -215,8 +236,6 @@ class Turn:
             rec.finished = time.monotonic()
             rec.playback_gaps_ms = list(self._output.gaps_ms)
             self._commit()
-            if self._on_done is not None:
-                self._on_done(self)
 
     async def _stream_answer(self, sentences: asyncio.Queue[str | None]) -> None:
         rec = self.record

@@ -115,7 +115,7 @@ class VoiceServer:
             await self.load_models()
         from .rtc import rtc_factory  # noqa: PLC0415 - optional: aiortc is a heavy import
 
-        self.rtc_factory = rtc_factory(self)
+        self.rtc_factory = rtc_factory(self.settings, self.stt, lambda: self.pool.busy)
         if self.settings.sidecars:
             from ..adapters.launch import launch_sidecars
 
@@ -236,10 +236,17 @@ class VoiceServer:
         """A reconnect claimed this session: the previous connection (if any) lets go."""
         previous = self.live.get(session_id)
         self.attach(session_id, conn)
-        if previous is not None and previous is not conn:
-            await previous.interrupt()
-            previous.session = None
+        if previous is not None and previous is not conn and previous.conversation is not None:
+            await previous.conversation.interrupt()
+            previous.conversation.session = None
             await previous.ws.close(4000, "session resumed on another connection")
+
+    def record_turn(self, record: TurnRecord) -> None:
+        """Count a finished turn; keep it among ``last_turns`` when it got as far as a
+        transcript (benchmarks and tests read those)."""
+        self.metrics.record_turn(record)
+        if record.stt_done is not None:
+            self.last_turns.append(record)
 
     def ice_servers_for(self, session_id: str) -> list[dict[str, Any]]:
         servers = list(self.settings.ice_servers)
@@ -270,18 +277,6 @@ class VoiceServer:
                 model=s.llm_model, temperature=s.llm_temperature, max_tokens=s.llm_max_tokens)
             self._playbook_responders[key] = responder
         return responder
-
-    def may_interrupt(self, session: Session) -> bool:
-        """Barge-in is allowed unless the session's playbook says the agent may not be cut."""
-        responder = self.responder_for(session)
-        check = getattr(responder, "interruptible", None)
-        return True if check is None else bool(check(session.state))
-
-    def turn_taking(self, session: Session) -> dict[str, Any]:
-        """VAD overrides of the session's current playbook stage (may be empty)."""
-        responder = self.responder_for(session)
-        overrides = getattr(responder, "turn_taking", None)
-        return dict(overrides(session.state)) if overrides is not None else {}
 
     async def _list_playbooks(self, request: Any) -> Any:
         from http import HTTPStatus

@@ -1,29 +1,28 @@
 """One WebSocket connection speaking llmrtc v1 (spec: "Connection Lifecycle").
 
-Sends ``ready`` at once; answers ``ping``; recovers sessions on ``reconnect``; runs utterances
-(``audio`` messages, or VAD segments from WebRTC) through STT and a ``Turn``; closes after
-``idle_timeout_s`` without a message. Malformed input gets ``error{INVALID_MESSAGE}`` and the
-connection stays open; unknown message types are logged and ignored.
+The WebSocket transport: admission, auth, the receive loop with its size, rate and idle
+limits, and sending (mirrored to the WebRTC data channel). Sends ``ready`` at once; answers
+``ping``; recovers sessions on ``reconnect``; hands ``audio`` messages to the session's
+``Conversation`` and ``offer`` messages to WebRTC media (``rtc.RtcPeer``), which hands the
+conversation its VAD segments. Malformed input gets ``error{INVALID_MESSAGE}`` and the
+connection stays open; unknown message types are logged and ignored. What it needs from the
+server is declared by ``ConnectionHost``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
-import numpy as np
 from websockets.exceptions import ConnectionClosed
 
-from ..metrics import TurnRecord, session_tag
+from ..metrics import session_tag
 from ..pipeline.audio import AudioFormatError, decode_base64_wav
-from ..pipeline.speech import ChunkMessageOutput, SpeechOutput
-from ..pipeline.stt import STTError
-from ..pipeline.turn import Turn, TurnContext
+from ..pipeline.speech import ChunkMessageOutput
 from ..protocol import (
     Attachments,
     Audio,
@@ -37,20 +36,25 @@ from ..protocol import (
     Ready,
     Reconnect,
     ReconnectAck,
-    Transcript,
     UnknownMessage,
-    VisionAttachment,
     encode,
     parse_client,
 )
 from .auth import AuthError, Principal, auth_message_token, query_token
+from .conversation import BUSY, Conversation, ConversationServices
 from .limits import TokenBucket, client_address
 from .sessions import Session
 
 if TYPE_CHECKING:
+    import ipaddress
+
     from websockets.asyncio.server import ServerConnection
 
-    from .app import VoiceServer
+    from ..compute import ComputePool
+    from ..config import Settings
+    from ..metrics import Metrics
+    from .auth import TokenSigner
+    from .limits import Admission
 
 __all__ = ["Connection"]
 
@@ -58,27 +62,53 @@ log = logging.getLogger(__name__)
 
 # Payload messages also go to the data channel (spec: "Transport Channels").
 SIGNALING_TYPES = {"ready", "pong", "signal", "reconnect-ack"}
-_BUSY = ("the server holds as much client input as its memory budget allows ({} MiB); "
-         "message dropped, try again in a moment")
+
+
+class ConnectionHost(ConversationServices, Protocol):
+    """What a WebSocket connection needs from the server that accepted it (besides what its
+    conversation needs)."""
+
+    settings: Settings
+    admission: Admission
+    signer: TokenSigner | None
+    trusted_proxies: list[ipaddress.IPv4Network | ipaddress.IPv6Network]
+    pool: ComputePool
+    metrics: Metrics
+    rtc_factory: Callable[[Connection], Any] | None  # None: no WebRTC on this server
+
+    def attach(self, session_id: str, conn: Connection) -> None: ...
+
+    def detach(self, session_id: str, conn: Connection) -> None: ...
+
+    async def take_over(self, session_id: str, conn: Connection) -> None: ...
+
+    def ice_servers_for(self, session_id: str) -> list[dict[str, Any]]: ...
+
+    def playbook_known(self, playbook_id: str) -> bool: ...
 
 
 class Connection:
-    def __init__(self, ws: ServerConnection, server: VoiceServer) -> None:
+    def __init__(self, ws: ServerConnection, server: ConnectionHost) -> None:
         self.ws = ws
         self.server = server
         self.settings = server.settings
-        self.session: Session | None = None
+        self.conversation: Conversation | None = None  # once the session exists
         self.rtc: Any = None  # RtcPeer once an offer arrived
-        self._attachments: list[VisionAttachment] = []
-        self._attachment_bytes = 0  # their size, counted in the server's input budget
-        self._job: asyncio.Task[None] | None = None
-        self._turn: Turn | None = None
         self._closed = False
         self._send_lock = asyncio.Lock()
         self.principal: Principal | None = None
         self._bucket = TokenBucket(self.settings.max_messages_per_s, self.settings.message_burst)
         self._last_message_at = time.monotonic()  # either path (the idle clock)
         self._limited_notice_at = -1.0
+
+    @property
+    def session(self) -> Session | None:
+        return self.conversation.session if self.conversation is not None else None
+
+    @property
+    def running_job(self) -> asyncio.Task[None] | None:
+        """The utterance being answered, if any (graceful shutdown waits for it)."""
+        return self.conversation.running_job if self.conversation is not None else None
 
     # ---- sending: one place, both channels ------------------------------------------------
     async def send(self, message: Message) -> None:
@@ -153,16 +183,18 @@ class Connection:
         return False
 
     async def _serve(self) -> None:
-        self.session = await self.server.sessions.create()
+        session = await self.server.sessions.create()
         if self.principal is not None:
-            self.session.meta["principal"] = self.principal.subject
-        self.server.attach(self.session.id, self)
-        await self.send(Ready(id=self.session.id, protocol_version=1,
-                              ice_servers=self.server.ice_servers_for(self.session.id)))
+            session.meta["principal"] = self.principal.subject
+        self.conversation = Conversation(self.server, session, self.send,
+                                         max_attachment_bytes=self.settings.max_attachment_bytes)
+        self.server.attach(session.id, self)
+        await self.send(Ready(id=session.id, protocol_version=1,
+                              ice_servers=self.server.ice_servers_for(session.id)))
         playbook = self._requested_playbook()
         if playbook:
             if self.server.playbook_known(playbook):
-                self.session.meta["playbook"] = playbook
+                session.meta["playbook"] = playbook
             else:
                 await self.send_error(ErrorCode.PLAYBOOK_ERROR,
                                       f"unknown playbook {playbook!r}; using plain chat")
@@ -172,11 +204,11 @@ class Connection:
                     async with asyncio.timeout(self.settings.idle_timeout_s):
                         raw = await self.ws.recv()
                 except TimeoutError:
-                    if self._job is not None and not self._job.done():
+                    if self.running_job is not None:
                         continue  # the client waits for our answer: not idle
                     if time.monotonic() - self._last_message_at < self.settings.idle_timeout_s:
                         continue  # it spoke on the data channel meanwhile
-                    log.info("closing idle connection (session %s)", session_tag(self.session.id))
+                    log.info("closing idle connection (session %s)", session_tag(session.id))
                     await self.ws.close(1000, "idle timeout")
                     return
                 except ConnectionClosed:
@@ -189,10 +221,8 @@ class Connection:
         if self._closed:
             return
         self._closed = True
-        await self.interrupt()
-        self._attachments.clear()
-        self.server.input_budget.give_back(self._attachment_bytes)
-        self._attachment_bytes = 0
+        if self.conversation is not None:
+            await self.conversation.close()
         if self.rtc is not None:
             await self.rtc.close()
             self.rtc = None
@@ -200,11 +230,6 @@ class Connection:
             self.server.detach(self.session.id, self)
             await self.server.sessions.save(self.session)
             await self.server.sessions.release(self.session.id)
-
-    @property
-    def running_job(self) -> asyncio.Task[None] | None:
-        """The utterance being answered, if any (graceful shutdown waits for it)."""
-        return self._job if self._job is not None and not self._job.done() else None
 
     async def shutdown(self, code: int, reason: str) -> None:
         """Stop, persist and release the session, then close the socket with ``code``."""
@@ -232,7 +257,7 @@ class Connection:
         budget = self.server.input_budget
         counted = len(raw) if len(raw) >= budget.counted_from else 0
         if counted and not budget.take(counted):
-            await self.send_error(ErrorCode.RATE_LIMITED, _BUSY.format(budget.limit // 2**20))
+            await self.send_error(ErrorCode.RATE_LIMITED, BUSY.format(budget.limit // 2**20))
             return
         try:
             try:
@@ -256,7 +281,7 @@ class Connection:
                 case Audio():
                     await self._on_audio(message)
                 case Attachments():
-                    self._queue_attachments(message.attachments)
+                    self._conversation().queue_attachments(message.attachments)
                 case Offer():
                     await self._on_offer(message)
                 case UnknownMessage():
@@ -284,7 +309,8 @@ class Connection:
                                          history_recovered=False))
             return
         if old.id != self.session.id:
-            await self.interrupt()
+            conversation = self._conversation()
+            await conversation.interrupt()
             fresh = self.session
             self.server.detach(fresh.id, self)
             if not fresh.history:
@@ -292,26 +318,18 @@ class Connection:
             else:
                 await self.server.sessions.save(fresh)
                 await self.server.sessions.release(fresh.id)
-            self.session = old
+            conversation.session = old
             await self.server.take_over(old.id, self)
         await self.send(ReconnectAck(success=True, session_id=old.id, history_recovered=True))
 
-    def _queue_attachments(self, attachments: list[VisionAttachment]) -> None:
-        """Hold images for the next turn, counted in the server's input budget until that
-        turn ends (or the connection closes)."""
-        added = sum(len(a.data) for a in attachments)
-        if self._attachment_bytes + added > self.settings.max_attachment_bytes:
-            raise ProtocolError(ErrorCode.INVALID_MESSAGE,
-                                f"attachments exceed {self.settings.max_attachment_bytes} bytes")
-        budget = self.server.input_budget
-        if not budget.take(added):
-            raise ProtocolError(ErrorCode.RATE_LIMITED, _BUSY.format(budget.limit // 2**20))
-        self._attachment_bytes += added
-        self._attachments.extend(attachments)
+    def _conversation(self) -> Conversation:
+        assert self.conversation is not None  # messages are handled once the session exists
+        return self.conversation
 
     async def _on_audio(self, message: Audio) -> None:
+        conversation = self._conversation()
         if message.attachments:
-            self._queue_attachments(message.attachments)
+            conversation.queue_attachments(message.attachments)
         try:
             pcm = await self.server.pool.run(
                 lambda: decode_base64_wav(message.data,
@@ -319,7 +337,7 @@ class Connection:
         except AudioFormatError as exc:
             await self.send_error(ErrorCode.INVALID_AUDIO_FORMAT, str(exc))
             return
-        await self.start_utterance(pcm, ChunkMessageOutput(self.send))
+        await conversation.start_utterance(pcm, ChunkMessageOutput(self.send))
 
     async def _on_offer(self, message: Offer) -> None:
         rtc_factory = self.server.rtc_factory
@@ -335,75 +353,3 @@ class Connection:
             rtc, self.rtc = self.rtc, None
             await rtc.close()
             raise
-
-    # ---- utterances and turns ---------------------------------------------------------------
-    async def interrupt(self) -> bool:
-        """The one cancellation path: stop the running turn (and its STT) now."""
-        cut = False
-        if self._turn is not None and not self._turn.done:
-            cut = await self._turn.cancel()
-        job, self._job = self._job, None
-        if job is not None and not job.done():
-            if self._turn is None or self._turn.done:
-                job.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await job
-        return cut
-
-    @property
-    def current_turn(self) -> Turn | None:
-        return self._turn
-
-    async def start_utterance(self, pcm: np.ndarray, output: SpeechOutput,
-                              record: TurnRecord | None = None,
-                              transcript: Awaitable[str] | None = None,
-                              emit: Callable[[Message], Awaitable[None]] | None = None) -> None:
-        """Supersede any running turn and answer this 16 kHz utterance. The WebRTC path's
-        speculative end of turn passes ``transcript`` (speech-to-text already under way) and
-        ``emit`` (holds messages until the end of turn is confirmed); an ``output`` whose
-        ``discarded`` is true at the end was never heard and leaves no history."""
-        await self.interrupt()
-        assert self.session is not None
-        record = record or TurnRecord(session_id=self.session.id)
-        attachments, self._attachments = self._attachments, []
-        held, self._attachment_bytes = self._attachment_bytes, 0
-        self._job = asyncio.create_task(self._answer(pcm, output, record, attachments,
-                                                     transcript, emit or self.send),
-                                        name=f"utterance-{session_tag(self.session.id)}")
-        if held:
-            self._job.add_done_callback(lambda _: self.server.input_budget.give_back(held))
-
-    async def _answer(self, pcm: np.ndarray, output: SpeechOutput, record: TurnRecord,
-                      attachments: list[VisionAttachment],
-                      transcript: Awaitable[str] | None = None,
-                      emit: Callable[[Message], Awaitable[None]] | None = None) -> None:
-        session = self.session
-        assert session is not None
-        send = emit or self.send
-        try:
-            text = await (transcript or self.server.stt.transcribe(pcm))
-        except STTError as exc:
-            record.error = "STT_ERROR"
-            await self.send_error(ErrorCode.STT_ERROR, str(exc))
-            self.server.metrics.record_turn(record)
-            return
-        record.stt_done = time.monotonic()
-        record.transcript = text
-        await send(Transcript(text=text, is_final=True))
-        if not text.strip():
-            return
-        ctx = TurnContext(history=session.history, emit=send,
-                          user_message=self.server.user_message(text, attachments),
-                          state=session.state)
-        turn = Turn(ctx=ctx, responder=self.server.responder_for(session), tts=self.server.tts,
-                    output=output, record=record, chunker=self.server.new_chunker,
-                    guard=self.server.new_guard)
-        self._turn = turn
-        turn.start()
-        await turn.wait()
-        if getattr(output, "discarded", False):  # a speculative answer the user resumed over
-            return
-        await self.server.sessions.append_history(session, turn.committed)
-        await self.server.sessions.save(session)  # playbook state changed in place
-        self.server.metrics.record_turn(record)
-        self.server.last_turns.append(record)

@@ -14,8 +14,9 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
@@ -27,6 +28,7 @@ from ..pipeline.audio import STT_RATE, Resampler
 from ..pipeline.vad import StreamingVAD, VADSettings
 from ..protocol import (
     ErrorCode,
+    Message,
     ProtocolError,
     SessionDescription,
     Signal,
@@ -38,8 +40,19 @@ from .ice_policy import CandidatePolicy, filter_offer_candidates
 from .rtc_audio import HeldOutput, OutboundAudioTrack, RtcSpeechOutput
 
 if TYPE_CHECKING:
-    from .app import VoiceServer
-    from .connection import Connection
+    from ..config import Settings
+    from .conversation import Conversation, Transcriber
+
+
+class Signaling(Protocol):
+    """What WebRTC media needs from the connection that negotiated it."""
+
+    conversation: Conversation | None
+    rtc: Any
+
+    async def send(self, message: Message) -> None: ...
+
+    async def handle_raw(self, raw: str | bytes) -> None: ...
 
 __all__ = ["RtcPeer", "rtc_factory"]
 
@@ -67,11 +80,13 @@ def _ice_servers(config: list[dict[str, Any]]) -> list[RTCIceServer]:
 
 
 class RtcPeer:
-    def __init__(self, conn: Connection, server: VoiceServer, policy: CandidatePolicy) -> None:
+    def __init__(self, conn: Signaling, *, settings: Settings, stt: Transcriber,
+                 busy: Callable[[], bool], policy: CandidatePolicy) -> None:
         self._conn = conn
+        self._settings = settings
+        self._stt = stt
+        self._busy = busy  # the compute pool is saturated: skip best-effort work
         self._policy = policy
-        self._server = server
-        settings = server.settings
         self._host_addresses = settings.ice_host_addresses
         self.pc = RTCPeerConnection(RTCConfiguration(
             iceServers=_ice_servers(settings.ice_servers)))
@@ -102,7 +117,7 @@ class RtcPeer:
                 raise ProtocolError(ErrorCode.INVALID_MESSAGE,
                                     f"the offer's SDP was refused: {_reason(exc)}") from None
             try:
-                set_audio_jitter_prefetch(self.pc, self._server.settings.rtc_jitter_prefetch_frames)
+                set_audio_jitter_prefetch(self.pc, self._settings.rtc_jitter_prefetch_frames)
                 self._attach_outbound()
                 if self._host_addresses:
                     restrict_ice_host_addresses(self.pc, self._host_addresses)
@@ -153,20 +168,25 @@ class RtcPeer:
 
     def vad_settings(self) -> VADSettings:
         """Server defaults, overridden by the current playbook stage's ``turn_taking``."""
-        s = self._server.settings
+        s = self._settings
         values = {"aggressiveness": s.vad_aggressiveness, "min_speech_ms": s.vad_min_speech_ms,
                   "end_silence_ms": s.vad_end_silence_ms, "pre_roll_ms": s.vad_pre_roll_ms}
-        session = self._conn.session
-        if session is not None:
-            overrides = self._server.turn_taking(session)
+        if (conversation := self._conn.conversation) is not None:
+            overrides = conversation.turn_taking()
             values.update({k: v for k, v in overrides.items() if k in values and v is not None})
         return VADSettings(max_utterance_s=s.max_audio_seconds, duck_ms=s.vad_duck_ms,
                            barge_in_min_speech_ms=s.vad_barge_in_min_speech_ms,
                            spec_silence_ms=s.vad_spec_silence_ms, **values)
 
-    def _agent_speaking(self) -> bool:
-        turn = self._conn.current_turn
-        return turn is not None and not turn.done
+    @property
+    def _conversation(self) -> Conversation:
+        conversation = self._conn.conversation
+        assert conversation is not None  # an offer is handled once the session exists
+        return conversation
+
+    def _record(self) -> TurnRecord:
+        session = self._conversation.session
+        return TurnRecord(session_id=session.id if session is not None else "?")
 
     async def _listen(self, track: Any) -> None:
         vad = StreamingVAD(self.vad_settings())
@@ -181,7 +201,7 @@ class RtcPeer:
                 except MediaStreamError:
                     return
                 pcm = resampler.push_frame(frame)
-                vad.agent_speaking = self._agent_speaking()
+                vad.agent_speaking = self._conversation.agent_speaking
                 for event in vad.feed(pcm):
                     if event.kind == "duck":
                         self._duck()
@@ -209,8 +229,8 @@ class RtcPeer:
                             vad = StreamingVAD(wanted)
                             self.outbound.resume()
                 if (vad.speaking and held is None  # a paused user has a transcript coming
-                        and self._server.settings.interim_transcripts
-                        and not self._server.pool.busy  # best effort: shed under load
+                        and self._settings.interim_transcripts
+                        and not self._busy()  # best effort: shed under load
                         and vad.time_s and time.monotonic() - last_interim >= INTERIM_EVERY_S
                         and len(vad.utterance_so_far()) >= INTERIM_AFTER_S * STT_RATE
                         and (self._interim is None or self._interim.done())):
@@ -224,18 +244,18 @@ class RtcPeer:
     async def _speculate(self, pcm: np.ndarray) -> _Speculation:
         """Speculative end of turn: answer the utterance so far now, holding its messages and
         audio until the full end-of-speech silence confirms it."""
-        conn = self._conn
-        record = TurnRecord(session_id=conn.session.id if conn.session else "?")
-        output = HeldOutput(RtcSpeechOutput(self.outbound, conn.send), conn.send)
-        transcript = self._spawn(self._server.stt.transcribe(pcm), "speculative-stt")
-        await conn.start_utterance(pcm, output, record, transcript, emit=output.emit)
+        send = self._conn.send
+        output = HeldOutput(RtcSpeechOutput(self.outbound, send), send)
+        transcript = self._spawn(self._stt.transcribe(pcm), "speculative-stt")
+        record = self._record()
+        await self._conversation.start_utterance(pcm, output, record, transcript,
+                                                 emit=output.emit)
         return _Speculation(pcm, output, record)
 
     async def _confirm(self, held: _Speculation) -> None:
-        conn = self._conn
         if self._interim is not None and not self._interim.done():
             self._interim.cancel()
-        await conn.send(SpeechEnd())
+        await self._conn.send(SpeechEnd())
         held.record.speech_end = held.record.started = time.monotonic()
         held.record.speculative_stt = True
         await held.output.commit()
@@ -243,44 +263,44 @@ class RtcPeer:
     async def _abandon(self, held: _Speculation | None) -> None:
         if held is not None:
             held.output.discard()
-            await self._conn.interrupt()  # the held answer is the connection's current job
+            await self._conversation.interrupt()  # the held answer is the current job
         return None
 
     def _duck(self) -> None:
         """A voiced run started while the agent talks: silence the agent until the candidate is
         confirmed (barge-in, cancels the turn) or rejected (resume where it paused)."""
-        conn = self._conn
-        turn = conn.current_turn
-        if (turn is None or turn.done or not self.outbound.busy or conn.session is None
-                or not self._server.may_interrupt(conn.session)):
+        conversation = self._conversation
+        turn = conversation.current_turn
+        if (turn is None or turn.done or not self.outbound.busy
+                or not conversation.may_interrupt()):
             return
         self.outbound.pause()
         if turn.record.ducked is None:
             turn.record.ducked = time.monotonic()
 
     async def _speech_started(self) -> TurnRecord:
-        conn = self._conn
-        await conn.send(SpeechStart())
-        record = TurnRecord(session_id=conn.session.id if conn.session else "?")
-        turn = conn.current_turn
-        if (turn is not None and not turn.done and conn.session is not None
-                and self._server.may_interrupt(conn.session)):  # confirmed speech: barge in
+        conversation = self._conversation
+        await self._conn.send(SpeechStart())
+        record = self._record()
+        turn = conversation.current_turn
+        if (turn is not None and not turn.done
+                and conversation.may_interrupt()):  # confirmed speech: barge in
             turn.record.barge_in_detected = time.monotonic()
-            await conn.interrupt()
+            await conversation.interrupt()
         return record
 
     async def _speech_ended(self, pcm: Any, record: TurnRecord | None) -> None:
-        conn = self._conn
         if self._interim is not None and not self._interim.done():
             self._interim.cancel()
-        await conn.send(SpeechEnd())
-        record = record or TurnRecord(session_id=conn.session.id if conn.session else "?")
+        await self._conn.send(SpeechEnd())
+        record = record or self._record()
         record.speech_end = time.monotonic()
         record.started = record.speech_end
-        await conn.start_utterance(pcm, RtcSpeechOutput(self.outbound, conn.send), record)
+        await self._conversation.start_utterance(
+            pcm, RtcSpeechOutput(self.outbound, self._conn.send), record)
 
     async def _interim_transcript(self, pcm: Any) -> None:
-        text = await self._server.stt.transcribe(pcm, urgent=False)
+        text = await self._stt.transcribe(pcm, urgent=False)
         if text.strip() and self._conn.rtc is self:
             await self._conn.send(Transcript(text=text, is_final=False))
 
@@ -312,14 +332,14 @@ class _Speculation:
     record: TurnRecord
 
 
-def rtc_factory(server: VoiceServer):
+def rtc_factory(settings: Settings, stt: Transcriber,
+                busy: Callable[[], bool]) -> Callable[[Signaling], RtcPeer]:
     """The per-connection WebRTC constructor the server uses for ``offer`` messages."""
+    policy = CandidatePolicy.from_lists(settings.ice_candidate_allow,
+                                        settings.ice_candidate_deny,
+                                        settings.ice_candidate_min_port)
 
-    s = server.settings
-    policy = CandidatePolicy.from_lists(s.ice_candidate_allow, s.ice_candidate_deny,
-                                        s.ice_candidate_min_port)
-
-    def make(conn: Connection) -> RtcPeer:
-        return RtcPeer(conn, server, policy)
+    def make(conn: Signaling) -> RtcPeer:
+        return RtcPeer(conn, settings=settings, stt=stt, busy=busy, policy=policy)
 
     return make

@@ -118,6 +118,8 @@ class OutboundAudioTrack(MediaStreamTrack):
 class RtcSpeechOutput:
     """Plays a turn's sentences on the session's outbound track; knows what was heard."""
 
+    discarded = False
+
     def __init__(self, track: OutboundAudioTrack, emit: Callable[[Message], Awaitable[None]]
                  ) -> None:
         self._track = track

@@ -1,0 +1,193 @@
+"""One conversation: a session's turns, whichever transport carries them.
+
+A transport (the WebSocket's ``audio`` messages, WebRTC media, later a phone line) hands a
+``Conversation`` finished utterances (16 kHz PCM) and barge-ins; the conversation runs each
+utterance through speech-to-text and a ``Turn`` (LLM and speech), sends what the turn says
+through the transport's ``send``, and keeps the session's history. It needs from its host only
+what ``ConversationServices`` declares, and imports no transport and no server.
+
+Cancellation has one path, ``interrupt()``: it cancels the running turn (speech stops at once;
+what was already said stays in the history) or, before a turn exists, the utterance's
+speech-to-text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..metrics import TurnRecord, session_tag
+from ..pipeline.answer_guard import AnswerGuard
+from ..pipeline.chunker import SentenceChunker
+from ..pipeline.speech import SpeechOutput
+from ..pipeline.stt import STTError
+from ..pipeline.turn import Responder, Turn, TurnContext
+from ..protocol import Error, ErrorCode, Message, ProtocolError, Transcript, VisionAttachment
+from .limits import MemoryBudget
+from .sessions import Session, SessionStore
+
+__all__ = ["Conversation", "ConversationServices", "Send"]
+
+log = logging.getLogger(__name__)
+
+Send = Callable[[Message], Awaitable[None]]
+BUSY = ("the server holds as much client input as its memory budget allows ({} MiB); "
+        "message dropped, try again in a moment")
+
+
+class Transcriber(Protocol):
+    async def transcribe(self, pcm: np.ndarray, *, urgent: bool = True) -> str: ...
+
+
+class ConversationServices(Protocol):
+    """What a conversation needs from the server hosting it."""
+
+    stt: Transcriber
+    tts: Any  # PiperTTS: ``Turn`` speaks with it
+    sessions: SessionStore
+    input_budget: MemoryBudget
+    new_chunker: Callable[[], SentenceChunker]
+    new_guard: Callable[[], AnswerGuard]
+
+    def responder_for(self, session: Session) -> Responder: ...
+
+    def user_message(self, text: str, attachments: list[VisionAttachment]) -> dict[str, Any]: ...
+
+    def record_turn(self, record: TurnRecord) -> None: ...
+
+
+class Conversation:
+    """The turns of one session; ``send`` delivers every message to the client."""
+
+    def __init__(self, services: ConversationServices, session: Session, send: Send, *,
+                 max_attachment_bytes: int) -> None:
+        self.services = services
+        self.session: Session | None = session  # None once another connection took it over
+        self._send = send
+        self._max_attachment_bytes = max_attachment_bytes
+        self._attachments: list[VisionAttachment] = []
+        self._attachment_bytes = 0  # their size, counted in the services' input budget
+        self._job: asyncio.Task[None] | None = None
+        self._turn: Turn | None = None
+        self._turn_job: asyncio.Task[Any] | None = None  # the job that started ``_turn``
+
+    # ---- what transports ask --------------------------------------------------------------
+    @property
+    def current_turn(self) -> Turn | None:
+        return self._turn
+
+    @property
+    def agent_speaking(self) -> bool:
+        return self._turn is not None and not self._turn.done
+
+    @property
+    def running_job(self) -> asyncio.Task[None] | None:
+        """The utterance being answered, if any (graceful shutdown waits for it)."""
+        return self._job if self._job is not None and not self._job.done() else None
+
+    def may_interrupt(self) -> bool:
+        """Barge-in is allowed unless the session's playbook says the agent may not be cut."""
+        session = self.session
+        return session is not None and self.services.responder_for(session).interruptible(
+            session.state)
+
+    def turn_taking(self) -> dict[str, Any]:
+        """VAD overrides of the session's current playbook stage (may be empty)."""
+        session = self.session
+        if session is None:
+            return {}
+        return dict(self.services.responder_for(session).turn_taking(session.state))
+
+    # ---- utterances and turns ---------------------------------------------------------------
+    def queue_attachments(self, attachments: list[VisionAttachment]) -> None:
+        """Hold images for the next turn, counted in the input budget until that turn ends (or
+        the conversation closes)."""
+        added = sum(len(a.data) for a in attachments)
+        if self._attachment_bytes + added > self._max_attachment_bytes:
+            raise ProtocolError(ErrorCode.INVALID_MESSAGE,
+                                f"attachments exceed {self._max_attachment_bytes} bytes")
+        budget = self.services.input_budget
+        if not budget.take(added):
+            raise ProtocolError(ErrorCode.RATE_LIMITED, BUSY.format(budget.limit // 2**20))
+        self._attachment_bytes += added
+        self._attachments.extend(attachments)
+
+    async def interrupt(self) -> bool:
+        """The one cancellation path: stop the running turn (and its STT) now. True when
+        speech was cut."""
+        cut = False
+        if self._turn is not None and not self._turn.done:
+            cut = await self._turn.cancel()
+        job, self._job = self._job, None
+        if job is not None and not job.done():
+            if self._turn_job is not job:
+                job.cancel()  # still transcribing: nothing was said, nothing to keep
+            # else its turn is over (cancelled or finished): let it record what was heard
+            with contextlib.suppress(asyncio.CancelledError):
+                await job
+        return cut
+
+    async def start_utterance(self, pcm: np.ndarray, output: SpeechOutput,
+                              record: TurnRecord | None = None,
+                              transcript: Awaitable[str] | None = None,
+                              emit: Send | None = None) -> None:
+        """Supersede any running turn and answer this 16 kHz utterance. WebRTC's speculative
+        end of turn passes ``transcript`` (speech-to-text already under way) and ``emit``
+        (holds messages until the end of turn is confirmed); an ``output`` whose ``discarded``
+        is true at the end was never heard and leaves no history."""
+        await self.interrupt()
+        session = self.session
+        assert session is not None
+        record = record or TurnRecord(session_id=session.id)
+        attachments, self._attachments = self._attachments, []
+        held, self._attachment_bytes = self._attachment_bytes, 0
+        self._job = asyncio.create_task(self._answer(session, pcm, output, record, attachments,
+                                                     transcript, emit or self._send),
+                                        name=f"utterance-{session_tag(session.id)}")
+        if held:
+            budget = self.services.input_budget
+            self._job.add_done_callback(lambda _: budget.give_back(held))
+
+    async def _answer(self, session: Session, pcm: np.ndarray, output: SpeechOutput,
+                      record: TurnRecord, attachments: list[VisionAttachment],
+                      transcript: Awaitable[str] | None, send: Send) -> None:
+        services = self.services
+        try:
+            text = await (transcript or services.stt.transcribe(pcm))
+        except STTError as exc:
+            record.error = "STT_ERROR"
+            await self._send(Error(code=ErrorCode.STT_ERROR, message=str(exc)))
+            services.record_turn(record)
+            return
+        record.stt_done = time.monotonic()
+        record.transcript = text
+        await send(Transcript(text=text, is_final=True))
+        if not text.strip():
+            return
+        ctx = TurnContext(history=session.history, emit=send,
+                          user_message=services.user_message(text, attachments),
+                          state=session.state)
+        turn = Turn(ctx=ctx, responder=services.responder_for(session), tts=services.tts,
+                    output=output, record=record, chunker=services.new_chunker,
+                    guard=services.new_guard)
+        self._turn, self._turn_job = turn, asyncio.current_task()
+        turn.start()
+        await turn.wait()
+        if output.discarded:  # a speculative answer the user spoke on over: never heard
+            return
+        await services.sessions.append_history(session, turn.committed)
+        await services.sessions.save(session)  # playbook state changed in place
+        services.record_turn(record)
+
+    async def close(self) -> None:
+        """Stop any turn and give back what the conversation held."""
+        await self.interrupt()
+        self._attachments.clear()
+        self.services.input_budget.give_back(self._attachment_bytes)
+        self._attachment_bytes = 0

@@ -1,6 +1,6 @@
 """llmrtc wire protocol v1, sans-I/O (spec: shared/specs/llmrtc-wire-protocol-v1.md)."""
 
-from .codec import ProtocolError, UnknownMessage, encode, error, parse_client, parse_server
+from .codec import ProtocolError, UnknownMessage, encode, parse_client, parse_server
 from .codes import ErrorCode
 from .messages import *  # noqa: F403
 from .messages import __all__ as _messages_all
@@ -13,7 +13,6 @@ __all__ = [
     "ProtocolError",
     "UnknownMessage",
     "encode",
-    "error",
     "parse_client",
     "parse_server",
     *_messages_all,

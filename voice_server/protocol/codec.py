@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from .codes import ErrorCode
 from .messages import CLIENT_MESSAGES, SERVER_MESSAGES, Error, Message
 
-__all__ = ["ProtocolError", "UnknownMessage", "encode", "error", "parse_client", "parse_server"]
+__all__ = ["ProtocolError", "UnknownMessage", "encode", "parse_client", "parse_server"]
 
 MAX_TYPE_CHARS = 64
 
@@ -87,6 +87,3 @@ def encode(message: Message) -> str:
     """Serialize with the spec's field names; optional fields left unset are omitted."""
     return message.model_dump_json(by_alias=True, exclude_none=True)
 
-
-def error(code: ErrorCode, message: str) -> Error:
-    return Error(code=code, message=message)

@@ -36,6 +36,7 @@ from .auth import TokenSigner, turn_credentials
 from .connection import Connection
 from .http import HttpRoutes
 from .limits import Admission, MemoryBudget
+from .rtc import rtc_factory
 from .sessions import InMemorySessionStore, Session, SessionStore
 
 __all__ = ["VoiceServer", "run_forever"]
@@ -76,7 +77,7 @@ class VoiceServer:
         self.trusted_proxies = [ipaddress.ip_network(n, strict=False)
                                 for n in settings.trusted_proxies]
         self.draining = False
-        self.rtc_factory: Any = None  # set by the WebRTC module when aiortc is usable
+        self.rtc_factory = rtc_factory(settings, self.stt, lambda: self.pool.busy)
         self.live: dict[str, Connection] = {}
         self.last_turns: collections.deque[TurnRecord] = collections.deque(maxlen=200)
         self._responder = ChatResponder(
@@ -113,9 +114,6 @@ class VoiceServer:
                 log.warning("invalid playbooks (not served): %s", sorted(self.playbooks.errors))
         if self.settings.preload_models:
             await self.load_models()
-        from .rtc import rtc_factory  # noqa: PLC0415 - optional: aiortc is a heavy import
-
-        self.rtc_factory = rtc_factory(self.settings, self.stt, lambda: self.pool.busy)
         if self.settings.sidecars:
             from ..adapters.launch import launch_sidecars
 
@@ -323,7 +321,7 @@ class VoiceServer:
             "uptime_s": round(time.monotonic() - self._started, 1),
             "models": models,
             "stores": {"sessions": store},
-            "webrtc": self.rtc_factory is not None,
+            "webrtc": True,
             "sidecars": self.sidecars,
             "connections": len(self.live),
         }

@@ -74,7 +74,7 @@ class ConnectionHost(ConversationServices, Protocol):
     trusted_proxies: list[ipaddress.IPv4Network | ipaddress.IPv6Network]
     pool: ComputePool
     metrics: Metrics
-    rtc_factory: Callable[[Connection], Any] | None  # None: no WebRTC on this server
+    rtc_factory: Callable[[Connection], Any]
 
     def attach(self, session_id: str, conn: Connection) -> None: ...
 
@@ -340,13 +340,8 @@ class Connection:
         await conversation.start_utterance(pcm, ChunkMessageOutput(self.send))
 
     async def _on_offer(self, message: Offer) -> None:
-        rtc_factory = self.server.rtc_factory
-        if rtc_factory is None:
-            await self.send_error(ErrorCode.WEBRTC_UNAVAILABLE,
-                                  "WebRTC is not available on this server; use audio messages")
-            return
         if self.rtc is None:
-            self.rtc = rtc_factory(self)
+            self.rtc = self.server.rtc_factory(self)
         try:
             await self.rtc.handle_offer(message.signal)
         except ProtocolError:  # a failed negotiation leaves no peer, tracks or tasks behind

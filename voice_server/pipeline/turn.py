@@ -166,6 +166,8 @@ class Turn:
         self._new_chunker = chunker
         self._new_guard = guard
         self.committed: list[dict[str, Any]] = []
+        self._streamed = False  # an llm-chunk went out: the client shows an answer in progress
+        self._answered = False  # the final ``llm`` went out
 
     def start(self) -> asyncio.Task[None]:
         self._task = asyncio.create_task(self._run(),
@@ -200,7 +202,7 @@ class Turn:
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
         self.record.audio_stopped = time.monotonic()
-        if cut:
+        if cut or self._streamed:  # every turn the client saw begin is closed for it
             await self._emit(TTSCancelled())
         return cut
 
@@ -217,9 +219,11 @@ class Turn:
                 await self._emit(TTSComplete())
         except LLMError as exc:
             rec.error = "LLM_TIMEOUT" if isinstance(exc, LLMTimeout) else "LLM_ERROR"
+            await self._close_answer()
             await self._emit(Error(code=ErrorCode(rec.error), message=str(exc)))
         except TTSError as exc:
             rec.error = "TTS_ERROR"
+            await self._close_answer()
             await self._emit(Error(code=ErrorCode.TTS_ERROR, message=str(exc)))
         except asyncio.CancelledError:
             rec.interrupted = True
@@ -227,6 +231,7 @@ class Turn:
         except Exception:
             log.exception("turn failed (session %s)", session_tag(rec.session_id))
             rec.error = "INTERNAL_ERROR"
+            await self._close_answer()
             await self._emit(Error(code=ErrorCode.INTERNAL_ERROR,
                                    message="the turn failed unexpectedly; try again"))
         finally:
@@ -248,6 +253,7 @@ class Turn:
             self._text.append(delta)
             if held is not None:
                 await self._emit(LLMChunk(content=held, done=False))
+                self._streamed = True
             held = delta
             for piece in chunker.feed(delta):
                 if rec.first_chunk is None:
@@ -294,10 +300,19 @@ class Turn:
             sentences.put_nowait(rest)
         sentences.put_nowait(None)
         await self._emit(LLMChunk(content=held or "", done=True))
+        self._streamed = True
         await self._emit(LLMResult(text="".join(self._text)))
+        self._answered = True
         if self.ctx.usage is not None:
             await self._emit(UsageReport(input_tokens=self.ctx.usage.input_tokens,
                                          output_tokens=self.ctx.usage.output_tokens))
+
+    async def _close_answer(self) -> None:
+        """A failed turn whose answer had begun: the ``llm`` text as far as it got, so no
+        client is left showing an answer in progress."""
+        if self._streamed and not self._answered:
+            self._answered = True
+            await self._emit(LLMResult(text="".join(self._text)))
 
     async def _speak(self, sentences: asyncio.Queue[str | None]) -> None:
         try:

@@ -1,5 +1,5 @@
 """Plain HTTP routes served on the WebSocket port (websockets' ``process_request`` hook):
-``GET /health``, ``GET /metrics``, the bundled page and the embeddable JS client.
+``GET /health``, ``GET /metrics``, the bundled page and the embeddable JS client (static.py).
 
 ``/health`` tells everyone the status only; its details (models, file names, versions, counts)
 go to an operator: with auth on, a request bearing a valid token; with auth off, one from this
@@ -11,7 +11,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
-import mimetypes
 from collections.abc import Awaitable, Callable, Sequence
 from http import HTTPStatus
 from pathlib import Path
@@ -23,6 +22,7 @@ from websockets.http11 import Request, Response
 
 from .auth import AuthError, TokenSigner, query_token
 from .limits import Network, client_address
+from .static import StaticFiles
 
 __all__ = ["HttpRoutes", "origin_allowed", "response"]
 
@@ -78,7 +78,7 @@ class HttpRoutes:
                  ) -> None:
         self._health = health
         self._metrics = metrics
-        self._static = static_dir
+        self._static = StaticFiles(static_dir)
         self._allowed = allowed_origins
         self.extra = dict(extra or {})
         self._signer = signer
@@ -104,16 +104,6 @@ class HttpRoutes:
             return ipaddress.ip_address(client).is_loopback
         except ValueError:
             return False
-
-    def _static_file(self, name: str, cache: str) -> Response:
-        if self._static is None or not (self._static / name).is_file():
-            return response(HTTPStatus.NOT_FOUND, "not found\n", "text/plain")
-        path = self._static / name
-        ctype = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-        if ctype.startswith("text/") or ctype.endswith("javascript"):
-            ctype += "; charset=utf-8"
-        return response(HTTPStatus.OK, path.read_bytes(), ctype,
-                        {"Cache-Control": cache, "Access-Control-Allow-Origin": "*"})
 
     async def __call__(self, connection: Any, request: Request) -> Response | None:
         answer = await self._route(connection, request)
@@ -150,11 +140,6 @@ class HttpRoutes:
                             "text/plain; version=0.0.4; charset=utf-8")
         if path in self.extra:
             return await self.extra[path](request)
-        if path in ("/", "/index.html"):
-            return self._static_file("index.html", "no-cache")
-        if path == "/client/llmrtc.js":
-            return self._static_file("llmrtc.js", "public, max-age=300")
-        name = path.lstrip("/")
-        if name in ("app.js", "style.css", "favicon.svg"):
-            return self._static_file(name, "no-cache")
+        if self._static.routes(path):
+            return self._static.answer(request)
         return response(HTTPStatus.NOT_FOUND, "not found\n", "text/plain")

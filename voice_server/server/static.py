@@ -1,0 +1,113 @@
+"""The bundled page and the embeddable client, served as a browser expects: compressed (gzip
+when the request accepts it), with a strong ETag per representation so a revalidation costs a
+``304`` without a body, and cache headers per file (the page revalidates every time; the
+client is shared by embedding sites and may be cached for five minutes).
+
+Files are read once and kept with their gzip form; a file changed on disk (development) is read
+again on its next request.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import mimetypes
+from dataclasses import dataclass
+from http import HTTPStatus
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from websockets.datastructures import Headers
+from websockets.http11 import Request, Response
+
+__all__ = ["StaticFiles"]
+
+# URL path -> (file name in the static folder, Cache-Control)
+ROUTES: dict[str, tuple[str, str]] = {
+    "/": ("index.html", "no-cache"),
+    "/index.html": ("index.html", "no-cache"),
+    "/app.js": ("app.js", "no-cache"),
+    "/style.css": ("style.css", "no-cache"),
+    "/client/llmrtc.js": ("llmrtc.js", "public, max-age=300"),
+    "/favicon.svg": ("favicon.svg", "public, max-age=86400"),
+    "/favicon.ico": ("favicon.svg", "public, max-age=86400"),  # browsers ask for it unbidden
+}
+_COMPRESS_FROM = 512  # smaller bodies gain nothing from gzip
+
+
+@dataclass(frozen=True)
+class _File:
+    stamp: tuple[int, int]  # (mtime_ns, size): read again when it changes
+    content_type: str
+    plain: bytes
+    etag: str
+    gzipped: bytes | None
+    gzip_etag: str
+
+
+def _accepts_gzip(header: str) -> bool:
+    for part in header.split(","):
+        coding, _, params = part.strip().partition(";")
+        if coding.strip().lower() in ("gzip", "*"):
+            q = params.strip().lower()
+            return not (q.startswith("q=") and float(q[2:] or 0) == 0.0)
+    return False
+
+
+def _matches(if_none_match: str | None, etag: str) -> bool:
+    if not if_none_match:
+        return False
+    tags = [t.strip().removeprefix("W/") for t in if_none_match.split(",")]
+    return "*" in tags or etag in tags
+
+
+class StaticFiles:
+    def __init__(self, folder: Path | None) -> None:
+        self._folder = folder
+        self._files: dict[str, _File] = {}
+
+    def routes(self, path: str) -> bool:
+        return path in ROUTES
+
+    def _load(self, name: str) -> _File | None:
+        if self._folder is None or not (path := self._folder / name).is_file():
+            return None
+        stat = path.stat()
+        stamp = (stat.st_mtime_ns, stat.st_size)
+        cached = self._files.get(name)
+        if cached is not None and cached.stamp == stamp:
+            return cached
+        data = path.read_bytes()
+        ctype = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        if ctype.startswith("text/") or ctype.endswith(("javascript", "svg+xml")):
+            ctype += "; charset=utf-8"
+        digest = hashlib.sha256(data).hexdigest()[:32]
+        squeezed = gzip.compress(data, compresslevel=9, mtime=0)
+        gzipped = squeezed if len(data) >= _COMPRESS_FROM and len(squeezed) < len(data) \
+            else None
+        loaded = _File(stamp, ctype, data, f'"{digest}"', gzipped, f'"{digest}-gz"')
+        self._files[name] = loaded
+        return loaded
+
+    def answer(self, request: Request) -> Response:
+        """The file for ``request.path`` (one of ``ROUTES``), ``304`` or ``404``."""
+        name, cache = ROUTES[urlsplit(request.path).path]
+        file = self._load(name)
+        if file is None:
+            body = b"not found\n"
+            return Response(HTTPStatus.NOT_FOUND.value, HTTPStatus.NOT_FOUND.phrase, Headers({
+                "Content-Type": "text/plain", "Content-Length": str(len(body)),
+                "Connection": "close"}), body)
+        zipped = file.gzipped is not None and _accepts_gzip(
+            request.headers.get("Accept-Encoding", ""))
+        etag = file.gzip_etag if zipped else file.etag
+        headers = {"ETag": etag, "Cache-Control": cache, "Vary": "Accept-Encoding",
+                   "Access-Control-Allow-Origin": "*", "Connection": "close"}
+        if _matches(request.headers.get("If-None-Match"), etag):
+            return Response(HTTPStatus.NOT_MODIFIED.value, HTTPStatus.NOT_MODIFIED.phrase,
+                            Headers(headers), b"")
+        body = file.gzipped if zipped and file.gzipped is not None else file.plain
+        if zipped:
+            headers["Content-Encoding"] = "gzip"
+        headers.update({"Content-Type": file.content_type, "Content-Length": str(len(body))})
+        return Response(HTTPStatus.OK.value, HTTPStatus.OK.phrase, Headers(headers), body)

@@ -3,9 +3,10 @@
 Signaling is non-trickle: ``offer`` -> ``signal{answer}`` once candidates are gathered; a second
 offer on an open connection (the reference client re-offers when its mic starts) is answered on
 the same ``RTCPeerConnection``. Inbound audio is resampled to 16 kHz mono and fed to a streaming
-VAD; confirmed speech while the agent talks is a barge-in. Outbound audio is one paced track per
+VAD, whose finished utterances go to the session's ``Conversation``; confirmed speech while the
+agent talks is a barge-in (``Conversation.interrupt``). Outbound audio is one paced track per
 session. Payload messages are mirrored to the data channel; client messages arriving on it are
-handled like WebSocket ones.
+handled like WebSocket ones. What it needs from its connection is declared by ``Signaling``.
 """
 
 from __future__ import annotations

@@ -124,7 +124,7 @@ async def test_turn_credentials_in_ready(auth_server, connect):
     assert entry["credential"] == expected
 
 
-async def test_origin_check_and_cors(auth_server, tmp_path):
+async def test_origin_check_and_cors(auth_server):
     with pytest.raises(websockets.InvalidStatus) as info:
         async with websockets.connect(ws_url(auth_server) + f"?token={token()}",
                                       origin="https://evil.example"):
@@ -133,8 +133,6 @@ async def test_origin_check_and_cors(auth_server, tmp_path):
     async with websockets.connect(ws_url(auth_server) + f"?token={token()}",
                                   origin="https://app.example") as ws:
         assert json.loads(await ws.recv())["type"] == "ready"
-    (tmp_path / "llmrtc.js").write_text("export const x = 1;\n")
-    auth_server.routes._static = tmp_path  # the bundled web client may not be built here
     url = f"http://127.0.0.1:{auth_server.port}/client/llmrtc.js"
     import asyncio
 

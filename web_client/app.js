@@ -1,4 +1,4 @@
-// The bundled page (GET /): one Talk button, a mic meter, the conversation as bubbles, a timeline
+// The bundled page (GET /): one Talk button, a text box, a mic meter, the conversation as bubbles, a timeline
 // of tool calls and stage changes, connection state and per-turn latency. Uses llmrtc.js.
 //
 // Query parameters (handy for development and tests):
@@ -197,6 +197,22 @@ function meterLoop() {
   const level = app.micOn && app.client ? app.client.micLevel : 0;
   $("meter-fill").style.transform = `scaleX(${Math.min(1, level).toFixed(3)})`;
   requestAnimationFrame(meterLoop);
+}
+
+/** A typed message: a user turn like a spoken one (no microphone needed). */
+async function sendTyped(event) {
+  event.preventDefault();
+  const input = $("typed");
+  const text = input.value.trim();
+  if (!text) return;
+  const client = await connect();
+  if (!client) return;
+  try {
+    client.sendText(text);
+    input.value = "";
+  } catch (err) {
+    showNotice("error", "Not sent.", err.message, { autoHideMs: 8000 });
+  }
 }
 
 // --- conversation -----------------------------------------------------------------------------
@@ -455,6 +471,7 @@ async function loadPlaybooks() {
 app.connect = connect;
 app.toggleTalk = toggleTalk;
 $("talk").addEventListener("click", toggleTalk);
+$("type-form").addEventListener("submit", sendTyped);
 $("retry").addEventListener("click", () => {
   hideNotice();
   connect();

@@ -664,6 +664,19 @@ export class VoiceClient extends EventTarget {
   }
 
   /**
+   * Send a typed user turn (extension message `user-text`, docs/protocol.md): the server
+   * answers it like a spoken one, in text and speech, and echoes it as the final `transcript`.
+   * @param {string} text at most 4000 characters
+   */
+  sendText(text) {
+    if (typeof text !== "string" || !text.trim()) {
+      throw new TypeError("text must be a non-empty string");
+    }
+    if (text.length > 4000) throw new TypeError("text is limited to 4000 characters");
+    this.send({ type: "user-text", text });
+  }
+
+  /**
    * Send one recorded utterance (spec: "audio", the fallback path).
    * @param {Uint8Array | string} wav WAV bytes or their base64
    */

@@ -19,6 +19,7 @@ CLIENT_SAMPLES = [
      "attachments": [{"data": "data:image/png;base64,AAAA", "mimeType": "image/png",
                       "alt": "a dot"}]},
     {"type": "attachments", "attachments": [{"data": "https://example.invalid/x.jpg"}]},
+    {"type": "user-text", "text": "Why is the sky blue?"},
 ]
 
 SERVER_SAMPLES = [
@@ -64,8 +65,9 @@ def test_server_messages_round_trip(sample):
 
 
 def test_every_type_is_covered():
-    """Every spec message type plus the reference client's three extras has a model."""
-    spec_client = {"ping", "offer", "reconnect", "audio", "attachments"}
+    """Every spec message type plus the reference client's three extras has a model, and our
+    one client extension (``user-text``, docs/protocol.md)."""
+    spec_client = {"ping", "offer", "reconnect", "audio", "attachments", "user-text"}
     spec_server = {"ready", "pong", "signal", "reconnect-ack", "transcript", "llm-chunk", "llm",
                    "tts-start", "tts-chunk", "tts", "tts-complete", "tts-cancelled",
                    "speech-start", "speech-end", "tool-call-start", "tool-call-end",

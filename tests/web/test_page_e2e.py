@@ -195,3 +195,37 @@ async def test_websocket_fallback_talks_with_the_server(voice_server, web_llm, m
             assert errors == []
         finally:
             await browser.close()
+
+
+async def test_a_typed_message_gets_a_spoken_answer(voice_server, web_llm, make_speech,
+                                                    tmp_path) -> None:
+    """Typed input (issue 22, item 3): no microphone is switched on; the typed question shows
+    as the user's bubble, the answer as the agent's, and it is spoken (on the WebRTC track or,
+    without one, as `tts-chunk` audio the page plays)."""
+    web_llm.add("Light from the sun is scattered by the air, and blue scatters most.")
+    mic = mic_file(tmp_path, make_speech, ("Nothing to hear here.", 0.5, 0.5))
+    async with async_playwright() as pw:
+        browser, page = await open_page(pw, voice_server, mic)
+        try:
+            await page.evaluate("""() => {
+              window.chunks = 0;
+              window.voiceApp.client.addEventListener("tts-chunk", () => window.chunks++);
+            }""")
+            await page.fill("#typed", "Why is the sky blue?")
+            await page.press("#typed", "Enter")
+            await page.locator(".bubble.agent.done").wait_for(timeout=scaled(60) * 1000)
+            assert await page.locator(".bubble.user .text").all_inner_texts() == [
+                "Why is the sky blue?"]
+            agent = await page.locator(".bubble.agent .text").all_inner_texts()
+            assert agent == ["Light from the sun is scattered by the air, and blue scatters "
+                             "most."]
+            assert await page.input_value("#typed") == ""
+            assert not await page.evaluate("window.voiceApp.micOn")
+            stats = await page.evaluate(INBOUND_AUDIO)
+            chunks = await page.evaluate("window.chunks")
+            spoken_on_track = bool(stats and stats["energy"] > 0)
+            assert spoken_on_track or chunks > 0, (stats, chunks)
+            await page.screenshot(path=screenshot_path("page-typed.png"))
+            assert page.errors == []
+        finally:
+            await browser.close()

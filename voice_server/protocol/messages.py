@@ -48,12 +48,14 @@ __all__ = [
     "TTSResult",
     "TTSStart",
     "UsageReport",
+    "UserText",
     "VisionAttachment",
 ]
 
 MAX_SDP_CHARS = 64 * 1024
 MAX_ID_CHARS = 256
 MAX_ATTACHMENTS = 8
+MAX_USER_TEXT_CHARS = 4000
 
 
 class Message(BaseModel):
@@ -120,6 +122,21 @@ class Audio(Message):
     type: Literal["audio"] = "audio"
     data: str = Field(min_length=1)
     attachments: list[VisionAttachment] | None = Field(None, max_length=MAX_ATTACHMENTS)
+
+
+class UserText(Message):
+    """Extension (not in the spec; the reference client never sends it): a typed user turn,
+    answered like a spoken one, in text and speech."""
+
+    type: Literal["user-text"] = "user-text"
+    text: str = Field(min_length=1, max_length=MAX_USER_TEXT_CHARS)
+
+    @field_validator("text")
+    @classmethod
+    def _not_blank(cls, text: str) -> str:
+        if not text.strip():
+            raise ValueError("must not be blank")
+        return text
 
 
 class Attachments(Message):
@@ -255,7 +272,8 @@ class Error(Message):
 
 
 CLIENT_MESSAGES: dict[str, type[Message]] = {
-    m.model_fields["type"].default: m for m in (Ping, Offer, Reconnect, Audio, Attachments)
+    m.model_fields["type"].default: m
+    for m in (Ping, Offer, Reconnect, Audio, Attachments, UserText)
 }
 SERVER_MESSAGES: dict[str, type[Message]] = {
     m.model_fields["type"].default: m

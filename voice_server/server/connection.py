@@ -37,6 +37,7 @@ from ..protocol import (
     Reconnect,
     ReconnectAck,
     UnknownMessage,
+    UserText,
     encode,
     parse_client,
 )
@@ -282,6 +283,8 @@ class Connection:
                     await self._on_audio(message)
                 case Attachments():
                     self._conversation().queue_attachments(message.attachments)
+                case UserText():
+                    await self._on_user_text(message)
                 case Offer():
                     await self._on_offer(message)
                 case UnknownMessage():
@@ -338,6 +341,12 @@ class Connection:
             await self.send_error(ErrorCode.INVALID_AUDIO_FORMAT, str(exc))
             return
         await conversation.start_utterance(pcm, ChunkMessageOutput(self.send))
+
+    async def _on_user_text(self, message: UserText) -> None:
+        """Spoken on the WebRTC track when there is one, else as ``tts-chunk`` messages."""
+        speech = self.rtc.speech_output() if self.rtc is not None else None
+        await self._conversation().start_typed(message.text,
+                                               speech or ChunkMessageOutput(self.send))
 
     async def _on_offer(self, message: Offer) -> None:
         if self.rtc is None:

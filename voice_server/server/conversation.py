@@ -154,6 +154,15 @@ class Conversation:
             budget = self.services.input_budget
             self._job.add_done_callback(lambda _: budget.give_back(held))
 
+    async def start_typed(self, text: str, output: SpeechOutput) -> None:
+        """A typed user turn: answered like a spoken one, without speech-to-text (its text is
+        sent back as the final ``transcript``, so every client shows it as the user's)."""
+
+        async def typed() -> str:
+            return text
+
+        await self.start_utterance(np.zeros(0, dtype=np.int16), output, transcript=typed())
+
     async def _answer(self, session: Session, pcm: np.ndarray, output: SpeechOutput,
                       record: TurnRecord, attachments: list[VisionAttachment],
                       transcript: Awaitable[str] | None, send: Send) -> None:

@@ -154,6 +154,13 @@ class RtcPeer:
         clock for both."""
         await self._conn.handle_raw(data)
 
+    def speech_output(self) -> RtcSpeechOutput | None:
+        """Where a turn not started by voice (typed) is spoken: the outbound track, once the
+        client receives it."""
+        if not self._outbound_added or self.pc.connectionState != "connected":
+            return None
+        return RtcSpeechOutput(self.outbound, self._conn.send)
+
     def send_data(self, text: str) -> None:
         channel = self.channel
         if channel is not None and channel.readyState == "open":

@@ -254,6 +254,7 @@ function onTranscript(text, isFinal) {
   li.classList.remove("pending");
   li.classList.toggle("interim", !isFinal);
   li.querySelector(".text").textContent = text;
+  if (isFinal) announce("You", text);
   if (isFinal && !turn.speechEndAt) turn.speechEndAt = performance.now();
 }
 
@@ -273,6 +274,11 @@ function agentBubble() {
   return turn.agent;
 }
 
+/** Say a finished utterance once to screen readers (the bubbles themselves are not live). */
+function announce(who, text) {
+  if (text) $("announce").textContent = `${who}: ${text}`;
+}
+
 function onAgentText(text, complete) {
   const li = agentBubble();
   const p = li.querySelector(".text");
@@ -280,6 +286,7 @@ function onAgentText(text, complete) {
     // the full text replaces the streamed one (unless it was cut: keep what was heard)
     if (!li.classList.contains("interrupted")) p.textContent = text;
     li.classList.remove("streaming");
+    announce("Agent", p.textContent);
   } else {
     p.textContent += text;
   }
@@ -466,12 +473,33 @@ async function loadPlaybooks() {
   });
 }
 
+/** Clear the view and start a fresh session (the old one is left to expire on the server). */
+async function newConversation() {
+  const wasTalking = app.micOn;
+  app.client?.close();
+  app.client = null;
+  app.turn = null;
+  app.agentTurn = null;
+  app.toolItems.clear();
+  $("conversation").replaceChildren();
+  $("timeline").replaceChildren();
+  $("timeline-empty").hidden = false;
+  $("stage").hidden = true;
+  $("announce").textContent = "";
+  $("empty").hidden = false;
+  hideNotice();
+  const client = await connect();
+  if (client && wasTalking) await toggleTalk();
+}
+
 // --- start ------------------------------------------------------------------------------------
 
 app.connect = connect;
 app.toggleTalk = toggleTalk;
 $("talk").addEventListener("click", toggleTalk);
 $("type-form").addEventListener("submit", sendTyped);
+$("new-chat").addEventListener("click", newConversation);
+app.newConversation = newConversation;
 $("retry").addEventListener("click", () => {
   hideNotice();
   connect();

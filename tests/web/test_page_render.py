@@ -362,3 +362,80 @@ async def test_embed_example_from_another_origin(server: FakeVoiceServer, open_p
         assert errors == []
     finally:
         await runner.cleanup()
+
+
+AXE_SCRIPT = Path(__import__("axe_playwright_python").__file__).with_name("axe.min.js")
+
+
+async def axe_violations(page) -> list[dict]:
+    """axe-core (bundled by axe-playwright-python) run in the page: WCAG 2 A/AA rules."""
+    await page.add_script_tag(content=AXE_SCRIPT.read_text())
+    result = await page.evaluate("""async () => {
+      const r = await axe.run(document, {runOnly: {type: "tag",
+        values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]}});
+      return {passes: r.passes.map(p => p.id), violations: r.violations.map(v => ({
+        id: v.id, impact: v.impact, nodes: v.nodes.map(n => n.target.join(" ")).slice(0, 5)}))};
+    }""")
+    assert "color-contrast" in result["passes"] + [v["id"] for v in result["violations"]]
+    return result["violations"]
+
+
+@pytest.mark.parametrize("mobile,scheme", [(False, "light"), (True, "light"), (False, "dark")])
+async def test_accessibility_scan(server: FakeVoiceServer, open_page, mobile, scheme) -> None:
+    """Issue 22, item 6: an axe-core scan of the page in use (bubbles, an interrupted reply,
+    the timeline, a notice) has no serious or critical violation (contrast included), at 1200
+    and 390 px, in the light and the dark colour scheme."""
+    page, errors = await open_page(server.url, mobile=mobile)
+    await page.emulate_media(color_scheme=scheme)
+    ws, _ = await asyncio.wait_for(server.sockets.get(), TIMEOUT)
+    await wait_state(page, "connected")
+    for m in [{"type": "transcript", "text": "Book a table for two.", "isFinal": True},
+              {"type": "tool-call-start", "name": "check", "callId": "c1", "arguments": {}},
+              {"type": "tool-call-end", "callId": "c1", "result": {"ok": True},
+               "durationMs": 12},
+              {"type": "llm", "text": "Done, see you at seven."},
+              {"type": "tts-start"}, {"type": "tts-complete"},
+              {"type": "speech-start"},
+              {"type": "transcript", "text": "Thanks.", "isFinal": True},
+              {"type": "llm-chunk", "content": "You are", "done": False},
+              {"type": "tts-start"}, {"type": "speech-start"}, {"type": "tts-cancelled"},
+              {"type": "error", "code": "TOOL_ERROR", "message": "calendar offline"}]:
+        await ws.send_json(m)
+    await page.locator(".bubble.agent.interrupted").wait_for(timeout=TIMEOUT * 1000)
+    violations = await axe_violations(page)
+    serious = [v for v in violations if v["impact"] in ("serious", "critical")]
+    assert serious == [], serious
+    await page.screenshot(path=shot_path(f"page-a11y-{'390' if mobile else '1200'}-{scheme}.png"))
+    assert errors == []
+
+
+async def test_finished_utterances_are_announced_once_and_new_conversation_clears(
+        server: FakeVoiceServer, open_page) -> None:
+    """Issue 22, item 6: the bubbles are not a live region (a screen reader would read every
+    streamed word); each finished utterance is announced once. "New conversation" clears the
+    view and opens a fresh session."""
+    page, errors = await open_page(server.url)
+    ws, _ = await asyncio.wait_for(server.sockets.get(), TIMEOUT)
+    await wait_state(page, "connected")
+    assert await page.get_attribute("#conversation", "aria-live") is None
+    assert await page.get_attribute("#announce", "aria-live") == "polite"
+    await ws.send_json({"type": "transcript", "text": "Is it open today?", "isFinal": True})
+    await page.wait_for_function(
+        "document.getElementById('announce').textContent === 'You: Is it open today?'",
+        timeout=TIMEOUT * 1000)
+    await ws.send_json({"type": "llm-chunk", "content": "Yes, until", "done": False})
+    await page.locator(".bubble.agent.streaming").wait_for(timeout=TIMEOUT * 1000)
+    assert await page.text_content("#announce") == "You: Is it open today?"  # not the words
+    await ws.send_json({"type": "llm", "text": "Yes, until nine tonight."})
+    await page.wait_for_function(
+        "document.getElementById('announce').textContent === 'Agent: Yes, until nine tonight.'",
+        timeout=TIMEOUT * 1000)
+
+    await page.click("#new-chat")
+    fresh, _ = await asyncio.wait_for(server.sockets.get(), TIMEOUT)
+    assert fresh is not ws
+    await wait_state(page, "connected")
+    assert await page.locator(".bubble").count() == 0
+    assert await page.locator("#empty").is_visible()
+    assert await page.text_content("#announce") == ""
+    assert errors == []

@@ -22,6 +22,11 @@ function defaultWsUrl() {
   return url.href;
 }
 
+const PHASE_LABELS = {
+  listening: "Listening", "user-speaking": "You're speaking", thinking: "Thinking…",
+  "agent-speaking": "Speaking",
+};
+
 const STATE_LABELS = {
   idle: "Idle", connecting: "Connecting…", connected: "Connected",
   reconnecting: "Reconnecting…", closed: "Disconnected",
@@ -126,6 +131,7 @@ function wire(client) {
   on("reconnected", ({ historyRecovered }) => addTimeline("info",
     historyRecovered ? "Reconnected — conversation restored" : "Reconnected — new conversation"));
   on("mic", ({ active }) => setMic(active));
+  on("phase", ({ phase }) => onPhase(phase));
   on("speech-start", onSpeechStart);
   on("speech-end", () => {
     if (app.turn) app.turn.speechEndAt = performance.now();
@@ -254,7 +260,10 @@ function onTranscript(text, isFinal) {
   li.classList.remove("pending");
   li.classList.toggle("interim", !isFinal);
   li.querySelector(".text").textContent = text;
-  if (isFinal) announce("You", text);
+  if (isFinal) {
+    announce("You", text);
+    showThinking();
+  }
   if (isFinal && !turn.speechEndAt) turn.speechEndAt = performance.now();
 }
 
@@ -279,9 +288,40 @@ function announce(who, text) {
   if (text) $("announce").textContent = `${who}: ${text}`;
 }
 
+/** What the conversation is doing (llmrtc.js `phase`): an indicator, and while the agent
+ * thinks a placeholder bubble that its first words replace. */
+function onPhase(phase) {
+  const el = $("phase");
+  el.dataset.phase = phase;
+  el.textContent = PHASE_LABELS[phase] ?? "";
+  el.hidden = !PHASE_LABELS[phase];
+  document.body.dataset.phase = phase;
+  const pending = app.turn?.agent;
+  if (phase === "thinking") {
+    showThinking();
+  } else if (phase !== "agent-speaking" && pending?.classList.contains("thinking")) {
+    pending.remove(); // the turn ended without an answer (an error, or the user spoke on)
+    app.turn.agent = null;
+  }
+}
+
+/** The placeholder goes under the user's final words (which may arrive just after). */
+function showThinking() {
+  const t = app.turn;
+  if (app.client?.phase !== "thinking" || !t?.user || t.agent
+    || t.user.classList.contains("interim") || t.user.classList.contains("pending")) return;
+  const li = agentBubble();
+  li.classList.add("thinking");
+  li.querySelector(".text").textContent = "…";
+}
+
 function onAgentText(text, complete) {
   const li = agentBubble();
   const p = li.querySelector(".text");
+  if (li.classList.contains("thinking")) {
+    li.classList.remove("thinking");
+    p.textContent = "";
+  }
   if (complete) {
     // the full text replaces the streamed one (unless it was cut: keep what was heard)
     if (!li.classList.contains("interrupted")) p.textContent = text;

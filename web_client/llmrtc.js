@@ -27,6 +27,59 @@ export const State = Object.freeze({
   CLOSED: "closed",
 });
 
+/**
+ * What the conversation is doing, for a status indicator: the connection state folded
+ * together with the turn (who is talking, or the agent thinking).
+ * @readonly
+ * @enum {string}
+ */
+export const Phase = Object.freeze({
+  IDLE: "idle",
+  CONNECTING: "connecting",
+  LISTENING: "listening",
+  USER_SPEAKING: "user-speaking",
+  THINKING: "thinking",
+  AGENT_SPEAKING: "agent-speaking",
+  RECONNECTING: "reconnecting",
+  ERROR: "error",
+});
+
+/**
+ * The next phase after a connection `state` change (`{state}`) or a payload message
+ * (`{message}`); pure, so it is tested without a browser.
+ * @param {string} phase @param {{state?: string, failed?: boolean, message?: object}} event
+ * @returns {string}
+ */
+export function nextPhase(phase, event) {
+  if (event.state) {
+    switch (event.state) {
+      case State.CONNECTING: return Phase.CONNECTING;
+      case State.CONNECTED: return Phase.LISTENING;
+      case State.RECONNECTING: return Phase.RECONNECTING;
+      case State.CLOSED: return event.failed ? Phase.ERROR : Phase.IDLE;
+      default: return Phase.IDLE;
+    }
+  }
+  const msg = event.message ?? {};
+  switch (msg.type) {
+    case "speech-start": return Phase.USER_SPEAKING;
+    case "speech-end": return phase === Phase.USER_SPEAKING ? Phase.THINKING : phase;
+    case "transcript":
+      if (msg.isFinal === false) return phase;
+      // a final transcript starts the answer (typed input and the WebSocket path have no
+      // speech events); an empty one is not answered
+      if (!String(msg.text ?? "").trim()) {
+        return phase === Phase.AGENT_SPEAKING ? phase : Phase.LISTENING;
+      }
+      return phase === Phase.AGENT_SPEAKING ? phase : Phase.THINKING;
+    case "tts-start": return Phase.AGENT_SPEAKING;
+    case "tts-complete": return Phase.LISTENING;
+    case "tts-cancelled": return phase === Phase.USER_SPEAKING ? phase : Phase.LISTENING;
+    case "error": return phase === Phase.THINKING ? Phase.LISTENING : phase;
+    default: return phase;
+  }
+}
+
 /** @type {Record<string, string[]>} allowed transitions; anything may go to CLOSED. */
 const TRANSITIONS = {
   idle: ["connecting", "closed"],
@@ -465,7 +518,8 @@ export class ChunkPlayer {
 
 /**
  * The voice client. Events (all `CustomEvent`, payload in `detail`): `state` {state, previous},
- * `ready` {sessionId, protocolVersion}, `reconnected` {sessionId, historyRecovered},
+ * `phase` {phase, previous} (a `Phase`: connecting, listening, user-speaking, thinking,
+ * agent-speaking, reconnecting, error, idle), `ready` {sessionId, protocolVersion}, `reconnected` {sessionId, historyRecovered},
  * `transport` {mode: "webrtc" | "websocket"}, `remote-track` {stream}, `mic` {active},
  * `error` {code, message, recoverable, error}, `message` (every payload), and one event per
  * payload type with the message as detail: `speech-start`, `speech-end`, `transcript`,
@@ -497,6 +551,9 @@ export class VoiceClient extends EventTarget {
     this.maxQueued = options.maxQueued ?? 100;
 
     this.machine = new StateMachine();
+    /** What the conversation is doing now (a `Phase`); each change is a `phase` event. */
+    this.phase = Phase.IDLE;
+    this._closing = false; // close() was called: CLOSED is not a failure
     this.backoff = new Backoff(options.reconnect);
     this.router = new PayloadRouter();
     this.player = new ChunkPlayer(() => this._audioContext());
@@ -710,7 +767,9 @@ export class VoiceClient extends EventTarget {
     this.stopMic();
     this.player.stop();
     this._queue = [];
+    this._closing = true;
     this._setState(State.CLOSED);
+    this._closing = false;
     try {
       this._ctx?.close();
     } catch {
@@ -842,6 +901,7 @@ export class VoiceClient extends EventTarget {
   /** Route one payload message to its event (spec: "Server → Client Messages"). */
   _dispatchPayload(msg) {
     this._emit("message", msg);
+    this._setPhase(nextPhase(this.phase, { message: msg }));
     switch (msg.type) {
       case "error": {
         if (this._resuming && SESSION_CODES.has(msg.code)) return;
@@ -1206,6 +1266,16 @@ export class VoiceClient extends EventTarget {
     if (this.state === to) return;
     const previous = this.machine.transition(to);
     this._emit("state", { state: to, previous });
+    this._setPhase(nextPhase(this.phase,
+      { state: to, failed: to === State.CLOSED && !this._closing }));
+  }
+
+  /** Emit `phase` when what the conversation is doing changes (see `Phase`). */
+  _setPhase(to) {
+    if (to === this.phase) return;
+    const previous = this.phase;
+    this.phase = to;
+    this._emit("phase", { phase: to, previous });
   }
 
   _emitError(error) {

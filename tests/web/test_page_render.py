@@ -439,3 +439,49 @@ async def test_finished_utterances_are_announced_once_and_new_conversation_clear
     assert await page.locator("#empty").is_visible()
     assert await page.text_content("#announce") == ""
     assert errors == []
+
+
+async def test_the_page_shows_what_the_conversation_is_doing(server: FakeVoiceServer,
+                                                             open_page) -> None:
+    """Issue 22, item 2: one phase from llmrtc.js (listening, user speaking, thinking, agent
+    speaking) shown in the bar, and a thinking placeholder under the user's words that the
+    first words of the answer replace; a turn that fails while thinking leaves no bubble."""
+    page, errors = await open_page(server.url)
+    ws, _ = await asyncio.wait_for(server.sockets.get(), TIMEOUT)
+    await wait_state(page, "connected")
+
+    async def phase_is(label: str) -> None:
+        await page.wait_for_function(
+            f"document.getElementById('phase').textContent === {json.dumps(label)}",
+            timeout=TIMEOUT * 1000)
+
+    await phase_is("Listening")
+    await ws.send_json({"type": "speech-start"})
+    await phase_is("You're speaking")
+    await ws.send_json({"type": "speech-end"})
+    await ws.send_json({"type": "transcript", "text": "What time is it?", "isFinal": True})
+    await phase_is("Thinking…")
+    thinking = page.locator(".bubble.agent.thinking")
+    await thinking.wait_for(timeout=TIMEOUT * 1000)
+    order = await page.locator(".bubble").evaluate_all(
+        "els => els.map(e => e.classList.contains('user') ? 'user' : 'agent')")
+    assert order == ["user", "agent"]  # under the user's words
+    await page.screenshot(path=shot_path("page-thinking.png"))
+    await ws.send_json({"type": "llm-chunk", "content": "It is ", "done": False})
+    await page.locator(".bubble.agent.thinking").wait_for(state="detached",
+                                                         timeout=TIMEOUT * 1000)
+    assert (await page.locator(".bubble.agent .text").inner_text()).strip() == "It is"
+    await ws.send_json({"type": "tts-start"})
+    await phase_is("Speaking")
+    await ws.send_json({"type": "llm", "text": "It is noon."})
+    await ws.send_json({"type": "tts-complete"})
+    await phase_is("Listening")
+
+    await ws.send_json({"type": "transcript", "text": "And tomorrow?", "isFinal": True})
+    await phase_is("Thinking…")
+    await page.locator(".bubble.agent.thinking").wait_for(timeout=TIMEOUT * 1000)
+    await ws.send_json({"type": "error", "code": "LLM_ERROR", "message": "model down"})
+    await phase_is("Listening")
+    assert await page.locator(".bubble.agent.thinking").count() == 0
+    assert await page.locator(".bubble.agent").count() == 1
+    assert errors == []

@@ -205,3 +205,34 @@ test("endpointer flush hands over a running utterance", () => {
   e.push(new Float32Array(10).fill(0.5));
   assert.equal(e.flush().length, 20);
 });
+
+test("phase follows the connection and the turn", async () => {
+  const { Phase, nextPhase } = await import("../llmrtc.js");
+  const walk = (events) => events.reduce((acc, e) => [...acc, nextPhase(acc.at(-1), e)],
+    [Phase.IDLE]).slice(1);
+  const m = (type, extra = {}) => ({ message: { type, ...extra } });
+  assert.deepEqual(walk([
+    { state: "connecting" }, { state: "connected" },
+    m("speech-start"), m("transcript", { text: "What is", isFinal: false }), m("speech-end"),
+    m("transcript", { text: "What is the time?", isFinal: true }), m("llm-chunk"),
+    m("tts-start"), m("speech-start"), m("tts-cancelled"), m("speech-end"),
+    m("transcript", { text: "Stop.", isFinal: true }), m("llm"), m("tts-start"),
+    m("tts-complete"),
+  ]), ["connecting", "listening", "user-speaking", "user-speaking", "thinking", "thinking",
+    "thinking", "agent-speaking", "user-speaking", "user-speaking", "thinking", "thinking",
+    "thinking", "agent-speaking", "listening"]);
+  // typed input and the WebSocket path: a final transcript starts the thinking
+  assert.equal(nextPhase(Phase.LISTENING, m("transcript", { text: "Hi", isFinal: true })),
+    Phase.THINKING);
+  // an empty transcript is not answered; a failed turn goes back to listening
+  assert.equal(nextPhase(Phase.THINKING, m("transcript", { text: " ", isFinal: true })),
+    Phase.LISTENING);
+  assert.equal(nextPhase(Phase.AGENT_SPEAKING, m("transcript", { text: "", isFinal: true })),
+    Phase.AGENT_SPEAKING);
+  assert.equal(nextPhase(Phase.USER_SPEAKING, m("transcript", { text: "", isFinal: true })),
+    Phase.LISTENING);
+  assert.equal(nextPhase(Phase.THINKING, m("error", { code: "LLM_ERROR" })), Phase.LISTENING);
+  assert.equal(nextPhase(Phase.LISTENING, { state: "reconnecting" }), Phase.RECONNECTING);
+  assert.equal(nextPhase(Phase.RECONNECTING, { state: "closed", failed: true }), Phase.ERROR);
+  assert.equal(nextPhase(Phase.LISTENING, { state: "closed" }), Phase.IDLE);
+});

@@ -94,6 +94,7 @@ async function connect() {
     playbook: app.playbook || undefined,
     webrtc: params.get("transport") === "ws" ? false : undefined,
     audioElement: $("agent-audio"),
+    turnMetrics: true, // the reply latency shown is the server's measurement
     audioConstraints: params.get("echoCancellation") === "0"
       ? { echoCancellation: false, noiseSuppression: false, autoGainControl: false }
       : undefined,

@@ -499,6 +499,8 @@ export class ChunkPlayer {
  * @property {string} url WebSocket URL of the server, e.g. "ws://127.0.0.1:8787/ws"
  * @property {RTCIceServer[]} [iceServers] overrides the `iceServers` the server sends in `ready`
  * @property {string} [playbook] playbook id, sent as the `playbook` query parameter
+ * @property {boolean} [turnMetrics] ask the server for `turn-metrics` after each turn (its
+ *   own measurements: STT, first token, first audio; a voice_server extension)
  * @property {boolean} [webrtc] false forces the WebSocket-only fallback (default: auto)
  * @property {MediaTrackConstraints} [audioConstraints] getUserMedia audio constraints
  * @property {HTMLAudioElement} [audioElement] where the agent's WebRTC audio plays
@@ -971,6 +973,7 @@ export class VoiceClient extends EventTarget {
   /** Connected (first time or again): flush the queue, then re-attach the mic. */
   async _connected() {
     this._setState(State.CONNECTED);
+    if (this.options.turnMetrics) this.send({ type: "turn-metrics-subscribe" });
     this._flushQueue();
     if (this._micStream) await this._attachMic();
   }

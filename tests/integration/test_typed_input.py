@@ -34,3 +34,26 @@ async def test_bad_typed_input_is_refused(scripted_server, connect):
             assert err["type"] == "error" and err["code"] == "INVALID_MESSAGE", err
         await client.send({"type": "ping", "timestamp": 1})
         assert (await client.recv())["type"] == "pong"
+
+
+async def test_turn_metrics_go_to_subscribers_only(scripted_server, fake_llm, connect,
+                                                   make_speech):
+    """Issue 22, item 2: the server's own turn figures, for clients that asked (extension
+    ``turn-metrics-subscribe``); the reference client never asks and never gets them."""
+    fake_llm.add("It is noon.", "It is noon again.")
+    wav = base64.b64encode(make_speech("What time is it?")).decode()
+    async with connect(scripted_server) as quiet:
+        await quiet.send({"type": "audio", "data": wav})
+        await quiet.until("tts-complete", timeout=60)
+        await quiet.send({"type": "ping", "timestamp": 1})
+        rest = await quiet.until("pong")
+        assert not any(m["type"] == "turn-metrics" for m in rest)
+    async with connect(scripted_server) as client:
+        await client.send({"type": "turn-metrics-subscribe"})
+        await client.send({"type": "audio", "data": wav})
+        seen = await client.until("turn-metrics", timeout=60)
+    figures = seen[-1]
+    assert "tts-complete" in [m["type"] for m in seen]
+    for key in ("sttMs", "llmTtftMs", "ttsFirstAudioMs", "firstAudioMs", "totalMs"):
+        assert isinstance(figures[key], int | float) and figures[key] >= 0, (key, figures)
+    assert figures["firstAudioMs"] >= figures["sttMs"] and figures["interrupted"] is False

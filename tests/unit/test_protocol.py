@@ -20,9 +20,12 @@ CLIENT_SAMPLES = [
                       "alt": "a dot"}]},
     {"type": "attachments", "attachments": [{"data": "https://example.invalid/x.jpg"}]},
     {"type": "user-text", "text": "Why is the sky blue?"},
+    {"type": "turn-metrics-subscribe"},
 ]
 
 SERVER_SAMPLES = [
+    {"type": "turn-metrics", "sttMs": 210.0, "llmTtftMs": 120.5, "ttsFirstAudioMs": 300.0,
+     "firstAudioMs": 640.5, "totalMs": 1900.0, "interrupted": False},
     {"type": "ready", "id": "s1", "protocolVersion": 1, "iceServers": []},
     {"type": "ready", "id": "s1", "protocolVersion": 1, "mode": "pipeline"},
     {"type": "pong", "timestamp": 12.5},
@@ -66,12 +69,15 @@ def test_server_messages_round_trip(sample):
 
 def test_every_type_is_covered():
     """Every spec message type plus the reference client's three extras has a model, and our
-    one client extension (``user-text``, docs/protocol.md)."""
-    spec_client = {"ping", "offer", "reconnect", "audio", "attachments", "user-text"}
+    our extensions (``user-text``, ``turn-metrics-subscribe`` / ``turn-metrics``,
+    docs/protocol.md)."""
+    spec_client = {"ping", "offer", "reconnect", "audio", "attachments", "user-text",
+                   "turn-metrics-subscribe"}
     spec_server = {"ready", "pong", "signal", "reconnect-ack", "transcript", "llm-chunk", "llm",
                    "tts-start", "tts-chunk", "tts", "tts-complete", "tts-cancelled",
                    "speech-start", "speech-end", "tool-call-start", "tool-call-end",
-                   "stage-change", "error", "assistant-transcript", "usage", "mode-changed"}
+                   "stage-change", "error", "assistant-transcript", "usage", "mode-changed",
+                   "turn-metrics"}
     assert set(p.CLIENT_MESSAGES) == spec_client
     assert set(p.SERVER_MESSAGES) == spec_server
     assert p.PROTOCOL_VERSION == 1

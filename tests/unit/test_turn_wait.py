@@ -69,3 +69,4 @@ async def test_cancelling_the_waiter_propagates_and_leaves_the_turn_running() ->
         await waiter
     assert not turn.done  # the turn is stopped by cancel(), not by a waiter going away
     await turn.cancel()
+

@@ -75,6 +75,10 @@ async def test_page_talks_with_the_server(voice_server, web_llm, make_speech, tm
             assert await page.locator(".bubble.agent.interrupted").count() == 0
             stats = await page.evaluate(INBOUND_AUDIO)
             assert stats and stats["packets"] > 50 and stats["energy"] > 0, stats
+            # the reply's figures are the server's own (turn-metrics, issue 22 item 2)
+            await page.wait_for_function(
+                "(document.querySelector('.bubble.agent .latency') || {}).textContent"
+                "?.includes('STT')", timeout=scaled(30) * 1000)
             await page.screenshot(path=screenshot_path("page-e2e.png"))
             assert page.errors == []
         finally:

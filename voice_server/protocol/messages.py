@@ -47,6 +47,8 @@ __all__ = [
     "TTSComplete",
     "TTSResult",
     "TTSStart",
+    "TurnMetrics",
+    "TurnMetricsSubscribe",
     "UsageReport",
     "UserText",
     "VisionAttachment",
@@ -139,6 +141,13 @@ class UserText(Message):
         return text
 
 
+class TurnMetricsSubscribe(Message):
+    """Extension: the client asks for ``turn-metrics`` after each turn (opt-in, so clients
+    that do not know the message never get it)."""
+
+    type: Literal["turn-metrics-subscribe"] = "turn-metrics-subscribe"
+
+
 class Attachments(Message):
     type: Literal["attachments"] = "attachments"
     attachments: list[VisionAttachment] = Field(max_length=MAX_ATTACHMENTS)
@@ -181,6 +190,19 @@ class AssistantTranscript(Message):
     type: Literal["assistant-transcript"] = "assistant-transcript"
     text: str
     is_final: bool
+
+
+class TurnMetrics(Message):
+    """Extension: one answered turn as the server measured it, in ms from the end of the
+    user's speech (or from the request, for a typed turn); sent to subscribers only."""
+
+    type: Literal["turn-metrics"] = "turn-metrics"
+    stt_ms: float | None = None
+    llm_ttft_ms: float | None = None
+    tts_first_audio_ms: float | None = None
+    first_audio_ms: float | None = None
+    total_ms: float | None = None
+    interrupted: bool = False
 
 
 class UsageReport(Message):
@@ -273,12 +295,12 @@ class Error(Message):
 
 CLIENT_MESSAGES: dict[str, type[Message]] = {
     m.model_fields["type"].default: m
-    for m in (Ping, Offer, Reconnect, Audio, Attachments, UserText)
+    for m in (Ping, Offer, Reconnect, Audio, Attachments, UserText, TurnMetricsSubscribe)
 }
 SERVER_MESSAGES: dict[str, type[Message]] = {
     m.model_fields["type"].default: m
     for m in (Ready, Pong, Signal, ReconnectAck, Transcript, AssistantTranscript, UsageReport,
               ModeChanged, LLMChunk, LLMResult, TTSStart, TTSChunk, TTSResult, TTSComplete,
               TTSCancelled, SpeechStart, SpeechEnd, ToolCallStart, ToolCallEnd, StageChange,
-              Error)
+              Error, TurnMetrics)
 }

@@ -36,6 +36,7 @@ from ..protocol import (
     Ready,
     Reconnect,
     ReconnectAck,
+    TurnMetricsSubscribe,
     UnknownMessage,
     UserText,
     encode,
@@ -285,6 +286,8 @@ class Connection:
                     self._conversation().queue_attachments(message.attachments)
                 case UserText():
                     await self._on_user_text(message)
+                case TurnMetricsSubscribe():
+                    self._conversation().report_turn_metrics = True
                 case Offer():
                     await self._on_offer(message)
                 case UnknownMessage():

@@ -28,7 +28,15 @@ from ..pipeline.chunker import SentenceChunker
 from ..pipeline.speech import SpeechOutput
 from ..pipeline.stt import STTError
 from ..pipeline.turn import Responder, Turn, TurnContext
-from ..protocol import Error, ErrorCode, Message, ProtocolError, Transcript, VisionAttachment
+from ..protocol import (
+    Error,
+    ErrorCode,
+    Message,
+    ProtocolError,
+    Transcript,
+    TurnMetrics,
+    VisionAttachment,
+)
 from .limits import MemoryBudget
 from .sessions import Session, SessionStore
 
@@ -76,6 +84,7 @@ class Conversation:
         self._job: asyncio.Task[None] | None = None
         self._turn: Turn | None = None
         self._turn_job: asyncio.Task[Any] | None = None  # the job that started ``_turn``
+        self.report_turn_metrics = False  # the client asked for ``turn-metrics`` (extension)
 
     # ---- what transports ask --------------------------------------------------------------
     @property
@@ -193,6 +202,8 @@ class Conversation:
         await services.sessions.append_history(session, turn.committed)
         await services.sessions.save(session)  # playbook state changed in place
         services.record_turn(record)
+        if self.report_turn_metrics:
+            await send(_turn_metrics(record))
 
     async def close(self) -> None:
         """Stop any turn and give back what the conversation held."""
@@ -200,3 +211,18 @@ class Conversation:
         self._attachments.clear()
         self.services.input_budget.give_back(self._attachment_bytes)
         self._attachment_bytes = 0
+
+
+def _turn_metrics(record: TurnRecord) -> TurnMetrics:
+    """The record's figures for the client. A step finished before the end of speech was
+    confirmed (speech-to-text run speculatively in the pause) took no time after it: 0."""
+    figures = record.summary()
+
+    def ms(key: str) -> float | None:
+        value = figures[key]
+        return max(0.0, float(value)) if isinstance(value, int | float) else None
+
+    return TurnMetrics(stt_ms=ms("stt_ms"), llm_ttft_ms=ms("llm_ttft_ms"),
+                       tts_first_audio_ms=ms("tts_first_audio_ms"),
+                       first_audio_ms=ms("first_audio_ms"), total_ms=ms("total_ms"),
+                       interrupted=record.interrupted)

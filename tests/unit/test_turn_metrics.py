@@ -1,0 +1,19 @@
+"""The ``turn-metrics`` extension message built from a turn's record (issue 22, item 2)."""
+
+from __future__ import annotations
+
+import pytest
+
+from voice_server.metrics import TurnRecord
+from voice_server.server.conversation import _turn_metrics
+
+
+def test_turn_metrics_never_report_negative_steps() -> None:
+    """Speech-to-text run speculatively in the pause is done before the end of speech is
+    confirmed: the client is told 0 ms, not a negative figure."""
+    record = TurnRecord(session_id="s", started=10.0)
+    record.stt_done, record.speech_end = 10.0, 10.15  # STT finished 150 ms before confirmation
+    record.llm_first_token, record.first_audio, record.finished = 10.1, 10.3, 11.0
+    figures = _turn_metrics(record)
+    assert figures.stt_ms == 0.0 and figures.first_audio_ms == pytest.approx(150.0)
+    assert figures.llm_ttft_ms == pytest.approx(100.0) and figures.total_ms == pytest.approx(850)

@@ -88,10 +88,6 @@ class Conversation:
 
     # ---- what transports ask --------------------------------------------------------------
     @property
-    def current_turn(self) -> Turn | None:
-        return self._turn
-
-    @property
     def agent_speaking(self) -> bool:
         return self._turn is not None and not self._turn.done
 
@@ -100,11 +96,14 @@ class Conversation:
         """The utterance being answered, if any (graceful shutdown waits for it)."""
         return self._job if self._job is not None and not self._job.done() else None
 
-    def may_interrupt(self) -> bool:
-        """Barge-in is allowed unless the session's playbook says the agent may not be cut."""
-        session = self.session
-        return session is not None and self.services.responder_for(session).interruptible(
-            session.state)
+    def interruptible_turn(self) -> Turn | None:
+        """The running turn, if the user may cut it now (a playbook stage or an
+        ``interruptible: false`` tool's announcement may forbid it)."""
+        turn, session = self._turn, self.session
+        if turn is None or turn.done or session is None:
+            return None
+        responder = self.services.responder_for(session)
+        return turn if responder.interruptible(session.state) else None
 
     def turn_taking(self) -> dict[str, Any]:
         """VAD overrides of the session's current playbook stage (may be empty)."""

@@ -277,24 +277,19 @@ class RtcPeer:
     def _duck(self) -> None:
         """A voiced run started while the agent talks: silence the agent until the candidate is
         confirmed (barge-in, cancels the turn) or rejected (resume where it paused)."""
-        conversation = self._conversation
-        turn = conversation.current_turn
-        if (turn is None or turn.done or not self.outbound.busy
-                or not conversation.may_interrupt()):
+        turn = self._conversation.interruptible_turn()
+        if turn is None or not self.outbound.busy:
             return
         self.outbound.pause()
         if turn.record.ducked is None:
             turn.record.ducked = time.monotonic()
 
     async def _speech_started(self) -> TurnRecord:
-        conversation = self._conversation
         await self._conn.send(SpeechStart())
         record = self._record()
-        turn = conversation.current_turn
-        if (turn is not None and not turn.done
-                and conversation.may_interrupt()):  # confirmed speech: barge in
+        if (turn := self._conversation.interruptible_turn()) is not None:  # barge in
             turn.record.barge_in_detected = time.monotonic()
-            await conversation.interrupt()
+            await self._conversation.interrupt()
         return record
 
     async def _speech_ended(self, pcm: Any, record: TurnRecord | None) -> None:

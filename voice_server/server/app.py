@@ -308,7 +308,7 @@ class VoiceServer:
         down = ("failed", "starting", "restarting")
         failed = any(v.get("status") in (*down, "unknown")
                      for v in (models["stt"], models["tts"], *llm.values()))
-        store = self.sessions.health() if hasattr(self.sessions, "health") else {"kind": "?"}
+        store = self.sessions.health()
         try:
             async with asyncio.timeout(HEALTH_WAIT_S):
                 store["count"] = await self.sessions.count()

@@ -68,6 +68,10 @@ class SessionStore(Protocol):
 
     async def count(self) -> int: ...
 
+    def health(self) -> dict[str, Any]:
+        """``status`` (``ok`` or ``degraded``), ``kind`` and what else the store can tell."""
+        ...
+
     async def aclose(self) -> None: ...
 
 

@@ -106,6 +106,12 @@ class RedisSessionStore:
     def _ttl_ms(self, session: Session) -> int:
         return int(ttl_of(session, self.ttl_s, self.empty_ttl_s) * 1000)
 
+    def _expire(self, pipe: Any, session: Session) -> None:
+        """(Re)start the time to live of both of a session's keys, in ``pipe``."""
+        ttl_ms = self._ttl_ms(session)
+        pipe.pexpire(self._k("s", session.id), ttl_ms)
+        pipe.pexpire(self._k("h", session.id), ttl_ms)
+
     # ---- lifecycle ----------------------------------------------------------------------------
     async def __aenter__(self) -> RedisSessionStore:
         await self._memory.__aenter__()
@@ -216,8 +222,7 @@ class RedisSessionStore:
         try:
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.rpush(self._k("h", session.id), *[json.dumps(m) for m in messages])
-                pipe.pexpire(self._k("h", session.id), self._ttl_ms(session))
-                pipe.pexpire(self._k("s", session.id), self._ttl_ms(session))
+                self._expire(pipe, session)
                 await pipe.execute()
         except RedisError as exc:
             self._mark_down(exc)
@@ -230,8 +235,7 @@ class RedisSessionStore:
         try:
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.hset(self._k("s", session.id), mapping=self._fields(session))
-                pipe.pexpire(self._k("s", session.id), self._ttl_ms(session))
-                pipe.pexpire(self._k("h", session.id), self._ttl_ms(session))
+                self._expire(pipe, session)
                 await pipe.execute()
         except RedisError as exc:
             self._mark_down(exc)
@@ -367,12 +371,10 @@ class RedisSessionStore:
                     pipe.rpush(self._k("h", session_id),
                                *[json.dumps(m) for m in session.history])
                 pipe.hset(self._k("s", session_id), mapping=self._fields(session))
-                pipe.pexpire(self._k("h", session_id), self._ttl_ms(session))
-                pipe.pexpire(self._k("s", session_id), self._ttl_ms(session))
+                self._expire(pipe, session)
                 await pipe.execute()
             self._dirty.discard(session_id)  # only once written: an outage retries it
             if session_id in self._unheld:
-                self._unheld.discard(session_id)
                 await self.release(session_id)
 
     async def _let_go(self, session_id: str) -> None:

@@ -218,9 +218,8 @@ class Turn:
             if rec.first_audio is not None:
                 await self._emit(TTSComplete())
         except LLMError as exc:
-            rec.error = "LLM_TIMEOUT" if isinstance(exc, LLMTimeout) else "LLM_ERROR"
             await self._close_answer()
-            await self._emit(Error(code=ErrorCode(rec.error), message=str(exc)))
+            await self._llm_failed(exc)
         except TTSError as exc:
             rec.error = "TTS_ERROR"
             await self._close_answer()
@@ -282,8 +281,7 @@ class Turn:
             if self._text:  # mid-answer: what was said stands, the turn ends with the error
                 raise
             # before the first word: say why there is no answer rather than leave silence
-            rec.error = "LLM_TIMEOUT" if isinstance(exc, LLMTimeout) else "LLM_ERROR"
-            await self._emit(Error(code=ErrorCode(rec.error), message=str(exc)))
+            await self._llm_failed(exc)
             await take(guard.admit(guard.apology))
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
@@ -306,6 +304,10 @@ class Turn:
         if self.ctx.usage is not None:
             await self._emit(UsageReport(input_tokens=self.ctx.usage.input_tokens,
                                          output_tokens=self.ctx.usage.output_tokens))
+
+    async def _llm_failed(self, exc: LLMError) -> None:
+        self.record.error = "LLM_TIMEOUT" if isinstance(exc, LLMTimeout) else "LLM_ERROR"
+        await self._emit(Error(code=ErrorCode(self.record.error), message=str(exc)))
 
     async def _close_answer(self) -> None:
         """A failed turn whose answer had begun: the ``llm`` text as far as it got, so no

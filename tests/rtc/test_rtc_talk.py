@@ -194,7 +194,7 @@ async def test_no_interim_transcript_while_a_speculative_answer_is_held(
         url, rtc_server, rtc_llm, make_speech, monkeypatch):
     """Once the user pauses, the utterance's final transcript is already being made
     (speculative end of turn): an interim pass then would only take CPU from that answer."""
-    import voice_server.server.rtc as rtc_module
+    import voice_server.server.listening as listening
 
     calls: list[bool] = []  # urgent flag of each transcription, in start order
     transcribe = rtc_server.stt.transcribe
@@ -204,8 +204,8 @@ async def test_no_interim_transcript_while_a_speculative_answer_is_held(
         return await transcribe(pcm, urgent=urgent)
 
     monkeypatch.setattr(rtc_server.stt, "transcribe", recorded)
-    monkeypatch.setattr(rtc_module, "INTERIM_AFTER_S", 0.5)
-    monkeypatch.setattr(rtc_module, "INTERIM_EVERY_S", 0.05)  # as often as the pool allows
+    monkeypatch.setattr(listening, "INTERIM_AFTER_S", 0.5)
+    monkeypatch.setattr(listening, "INTERIM_EVERY_S", 0.05)  # as often as the pool allows
     monkeypatch.setattr(rtc_server.settings, "interim_transcripts", True)
     rtc_llm.add("Sure.")
     async with RtcClient(url) as client:

@@ -7,7 +7,8 @@ import asyncio
 
 import numpy as np
 
-from voice_server.server.rtc_audio import RATE, HeldOutput, OutboundAudioTrack, RtcSpeechOutput
+from voice_server.pipeline.speech import HeldOutput
+from voice_server.server.rtc_audio import RATE, OutboundAudioTrack, RtcSpeechOutput
 
 
 async def _pump(track: OutboundAudioTrack, stop: asyncio.Event) -> None:

@@ -7,6 +7,7 @@ outbound track; ``ChunkMessageOutput`` sends ``tts-start`` / ``tts-chunk`` messa
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -15,7 +16,7 @@ import numpy as np
 from ..protocol import Message, TTSChunk, TTSStart
 from .audio import pcm_to_base64
 
-__all__ = ["ChunkMessageOutput", "HeardText", "SpeechOutput"]
+__all__ = ["ChunkMessageOutput", "HeardText", "HeldOutput", "SpeechOutput"]
 
 Emit = Callable[[Message], Awaitable[None]]
 
@@ -83,3 +84,50 @@ class ChunkMessageOutput:
 
     def cancel(self) -> bool:
         return self._started
+
+
+class HeldOutput:
+    """A speculative answer (started on a short pause, DESIGN.md "speculative end of turn"):
+    its messages and audio are held until ``commit()`` (the end of turn is confirmed), then
+    released in order; ``discard()`` (the user spoke on) drops them unheard."""
+
+    def __init__(self, inner: SpeechOutput, emit: Emit) -> None:
+        self._inner = inner
+        self._emit = emit
+        self._held: list[Message] = []
+        self._released = asyncio.Event()
+        self.discarded = False
+
+    @property
+    def heard(self) -> HeardText:
+        return self._inner.heard
+
+    @property
+    def gaps_ms(self) -> list[float]:
+        return self._inner.gaps_ms
+
+    async def emit(self, message: Message) -> None:
+        if self._released.is_set():
+            await self._emit(message)
+        elif not self.discarded:
+            self._held.append(message)
+
+    async def commit(self) -> None:
+        while self._held:  # messages emitted meanwhile join the queue, in order
+            await self._emit(self._held.pop(0))
+        self._released.set()
+
+    def discard(self) -> None:
+        self.discarded = True
+        self._held.clear()
+
+    async def play(self, text: str, pcm: np.ndarray, sample_rate: int) -> None:
+        await self._released.wait()
+        await self._inner.play(text, pcm, sample_rate)
+
+    async def drain(self) -> None:
+        await self._released.wait()
+        await self._inner.drain()
+
+    def cancel(self) -> bool:
+        return self._inner.cancel() if self._released.is_set() else False

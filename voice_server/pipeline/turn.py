@@ -169,6 +169,10 @@ class Turn:
         self._streamed = False  # an llm-chunk went out: the client shows an answer in progress
         self._answered = False  # the final ``llm`` went out
 
+    def spoken_text(self) -> str:
+        """The sentences handed to speech so far (what the user may hear back as echo)."""
+        return " ".join(self._output.heard.sentences)
+
     def start(self) -> asyncio.Task[None]:
         self._task = asyncio.create_task(self._run(),
                                          name=f"turn-{session_tag(self.record.session_id)}")

@@ -14,7 +14,8 @@ Two optional early signals serve latency (issue 8) without changing those decisi
 - ``pause`` after ``spec_silence_ms`` of trailing silence, carrying exactly the audio the ``end``
   event will carry if the user does not resume: speech-to-text can start early (speculative end
   of turn) and its result is reused when ``end`` confirms; ``resume`` when voiced audio follows
-  a ``pause`` before ``end`` (the speculation is stale).
+  a ``pause`` before ``end`` (the speculation is stale). The owner may end a paused utterance
+  early with ``end_now()`` (end_of_turn.py decides when).
 
 While ``agent_speaking`` is set, confirming speech needs ``barge_in_min_speech_ms`` of voiced
 audio (an "mm-hm" must not interrupt); ducking makes that longer wait inaudible.
@@ -59,6 +60,7 @@ class VADEvent:
     at_s: float  # stream time of the event (seconds of audio fed so far)
     pcm: np.ndarray | None = None  # the utterance, on "end" (and the would-be one on "pause")
     onset_s: float | None = None  # stream time of the first voiced frame, on "start"
+    silence_ms: int = 0  # the utterance's trailing silence, on "end"
 
 
 class StreamingVAD:
@@ -83,6 +85,29 @@ class StreamingVAD:
     @property
     def time_s(self) -> float:
         return self._frames_seen * self.settings.frame_ms / 1000
+
+    @property
+    def paused(self) -> bool:
+        """A ``pause`` was emitted and no voiced frame has followed it yet."""
+        return self._paused
+
+    @property
+    def silence_ms(self) -> int:
+        """Trailing silence of the utterance in progress."""
+        return self._silence_frames * self.settings.frame_ms if self.speaking else 0
+
+    def end_now(self) -> VADEvent:
+        """End the paused utterance before ``end_silence_ms`` (the end-of-turn decision came
+        first): the same ``end`` event, with the same audio as its ``pause``."""
+        if not self._paused:
+            raise RuntimeError("end_now() needs a paused utterance")
+        return self._end()
+
+    def _end(self) -> VADEvent:
+        silence_ms = self._silence_frames * self.settings.frame_ms
+        utterance = self._trimmed()
+        self._reset()
+        return VADEvent("end", self.time_s, pcm=utterance, silence_ms=silence_ms)
 
     def utterance_so_far(self) -> np.ndarray:
         """The audio of the utterance in progress (for interim transcripts)."""
@@ -111,9 +136,7 @@ class StreamingVAD:
                 return VADEvent("resume", self.time_s)
             too_long = len(self._speech) * s.frame_ms / 1000 >= s.max_utterance_s
             if self._silence_frames * s.frame_ms >= s.end_silence_ms or too_long:
-                utterance = self._trimmed()
-                self._reset()
-                return VADEvent("end", self.time_s, pcm=utterance)
+                return self._end()
             if s.spec_silence_ms and self._silence_frames * s.frame_ms == max(
                     s.frame_ms, s.spec_silence_ms - s.spec_silence_ms % s.frame_ms):
                 self._paused = True

@@ -203,6 +203,8 @@ class TurnMetrics(Message):
     first_audio_ms: float | None = None
     total_ms: float | None = None
     interrupted: bool = False
+    end_of_turn_ms: float | None = None  # end of speech -> the decision the turn is over
+    end_of_turn: str | None = None  # why: "complete", "unfinished words", ... (listening.py)
 
 
 class UsageReport(Message):

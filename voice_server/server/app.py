@@ -30,6 +30,7 @@ from ..pipeline.chunker import SentenceChunker
 from ..pipeline.stt import WhisperSTT
 from ..pipeline.tts import PiperTTS
 from ..pipeline.turn import ChatResponder, HistoryWindow, Responder
+from ..pipeline.turn_model import SmartTurn, TurnModelError
 from ..playbook import PlaybookRegistry, PlaybookResponder
 from ..protocol import VisionAttachment
 from .auth import TokenSigner, turn_credentials
@@ -77,7 +78,9 @@ class VoiceServer:
         self.trusted_proxies = [ipaddress.ip_network(n, strict=False)
                                 for n in settings.trusted_proxies]
         self.draining = False
-        self.rtc_factory = rtc_factory(settings, self.stt, lambda: self.pool.busy)
+        self.turn_model = self._end_of_turn_model()
+        self.rtc_factory = rtc_factory(settings, self.stt, lambda: self.pool.busy,
+                                       self.turn_model)
         self.live: dict[str, Connection] = {}
         self.last_turns: collections.deque[TurnRecord] = collections.deque(maxlen=200)
         self._responder = ChatResponder(
@@ -186,15 +189,37 @@ class VoiceServer:
         for responder in self._playbook_responders.values():
             await responder.aclose()
         await self.router.aclose()
-        await asyncio.gather(self.stt.aclose(), self.tts.aclose())
+        await asyncio.gather(self.stt.aclose(), self.tts.aclose(),
+                             *([self.turn_model.aclose()] if self.turn_model else []))
         self.pool.close()
 
     async def load_models(self) -> None:
         """Start the model workers; each loads its model and passes a one-step self-test
         before it is ready (the server listens only after that)."""
         started = time.monotonic()
-        await asyncio.gather(self.stt.load(), self.tts.load(), self._warm_llm())
+        await asyncio.gather(self.stt.load(), self.tts.load(), self._warm_llm(),
+                             self._load_turn_model())
         log.info("models loaded and warm in %.1f s", time.monotonic() - started)
+
+    def _end_of_turn_model(self) -> SmartTurn | None:
+        choice = self.settings.end_of_turn_model
+        if choice == "off":
+            return None
+        try:
+            return SmartTurn(self.pool, model=None if choice == "smart-turn" else choice,
+                             on_restart=self.metrics.worker_restarted)
+        except TurnModelError as exc:  # the words alone still judge the end of a turn
+            log.warning("%s; turns end on the transcript's words and silence alone", exc)
+            return None
+
+    async def _load_turn_model(self) -> None:
+        if self.turn_model is None:
+            return
+        try:
+            await self.turn_model.load()
+        except TurnModelError as exc:
+            log.warning("end-of-turn model not started (%s); turns end on the transcript's "
+                        "words and silence alone", exc)
 
     async def _warm_llm(self) -> None:
         """Load an in-process model and run one token with the system prompt: the model's
@@ -304,6 +329,8 @@ class VoiceServer:
         session store shows as ``unknown``): a load balancer must always get an answer."""
         llm = await self.router.health(HEALTH_WAIT_S)
         models = {"stt": self.stt.health(), "tts": self.tts.health(), "llm": llm}
+        if self.turn_model is not None:
+            models["end_of_turn"] = self.turn_model.health()
         # a model worker that died and is starting again serves no turn meanwhile
         down = ("failed", "starting", "restarting")
         failed = any(v.get("status") in (*down, "unknown")

@@ -224,4 +224,5 @@ def _turn_metrics(record: TurnRecord) -> TurnMetrics:
     return TurnMetrics(stt_ms=ms("stt_ms"), llm_ttft_ms=ms("llm_ttft_ms"),
                        tts_first_audio_ms=ms("tts_first_audio_ms"),
                        first_audio_ms=ms("first_audio_ms"), total_ms=ms("total_ms"),
-                       interrupted=record.interrupted)
+                       interrupted=record.interrupted, end_of_turn_ms=ms("end_of_turn_ms"),
+                       end_of_turn=record.turn_decision or None)

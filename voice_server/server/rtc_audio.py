@@ -17,7 +17,7 @@ from ..pipeline.audio import resample
 from ..pipeline.speech import HeardText
 from ..protocol import Message, TTSStart
 
-__all__ = ["HeldOutput", "OutboundAudioTrack", "RtcSpeechOutput"]
+__all__ = ["OutboundAudioTrack", "RtcSpeechOutput"]
 
 RATE = 48_000
 FRAME = RATE // 50  # 20 ms
@@ -159,55 +159,3 @@ class RtcSpeechOutput:
         playing = any(not c.finished.is_set() for c in self._clips)
         self._track.flush()
         return playing
-
-
-class HeldOutput:
-    """A speculative answer (started on a short pause, DESIGN.md "speculative end of turn"):
-    its messages and audio are held until ``commit()`` (the end of turn is confirmed), then
-    released in order; ``discard()`` (the user spoke on) drops them unheard."""
-
-    def __init__(self, inner: RtcSpeechOutput, emit: Callable[[Message], Awaitable[None]]
-                 ) -> None:
-        self._inner = inner
-        self._emit = emit
-        self._held: list[Message] = []
-        self._released = asyncio.Event()
-        self.discarded = False
-
-    @property
-    def heard(self) -> HeardText:
-        return self._inner.heard
-
-    @property
-    def first_audio_at(self) -> float | None:
-        return self._inner.first_audio_at
-
-    @property
-    def gaps_ms(self) -> list[float]:
-        return self._inner.gaps_ms
-
-    async def emit(self, message: Message) -> None:
-        if self._released.is_set():
-            await self._emit(message)
-        elif not self.discarded:
-            self._held.append(message)
-
-    async def commit(self) -> None:
-        while self._held:  # messages emitted meanwhile join the queue, in order
-            await self._emit(self._held.pop(0))
-        self._released.set()
-
-    def discard(self) -> None:
-        self.discarded = True
-        self._held.clear()
-
-    async def play(self, text: str, pcm: np.ndarray, sample_rate: int) -> None:
-        await self._released.wait()
-        await self._inner.play(text, pcm, sample_rate)
-
-    async def drain(self) -> None:
-        await self._released.wait()
-        await self._inner.drain()
-
-    def cancel(self) -> bool:
-        return self._inner.cancel() if self._released.is_set() else False

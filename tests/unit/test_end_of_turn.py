@@ -1,0 +1,138 @@
+"""End of turn from the voice and the words (issue 19, item 1): the policy, the word judges of
+listening.py, the VAD's early end, and Smart Turn itself on real speech (espeak-ng and our Piper
+voice), run in this process as its worker runs it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from voice_server.pipeline.audio import decode_wav, resample
+from voice_server.pipeline.end_of_turn import EndOfTurnPolicy, unfinished
+from voice_server.pipeline.tts import PiperService, default_piper_voice
+from voice_server.pipeline.turn_model import (
+    SMART_TURN_SHA256,
+    SmartTurnService,
+    TurnModelError,
+    default_turn_model,
+)
+from voice_server.pipeline.vad import StreamingVAD, VADSettings
+from voice_server.server.listening import is_backchannel, is_echo
+
+POLICY = EndOfTurnPolicy(commit_ms=200, max_ms=1600, fallback_ms=500)
+
+
+@pytest.mark.parametrize("text", [
+    "What is the capital of", "I'd like to book a table for, um", "So I was thinking that",
+    "My name is", "Can I get a pizza with", "I want the...", "Let me see, the",
+    "I need a table for two and",
+])
+def test_unfinished_sentences(text):
+    assert unfinished(text)
+
+
+@pytest.mark.parametrize("text", [
+    "What is the capital of France?", "Tell me a joke about cats.", "My name is Ada.",
+    "What time is it?", "Thank you, that is all.", "Book it for seven.", "Who are you?", "",
+])
+def test_finished_sentences(text):
+    assert not unfinished(text)
+
+
+def test_the_policy_commits_only_when_voice_and_words_agree():
+    assert POLICY.judge(0.9, "What is the capital of France?").wait_ms == 200
+    assert POLICY.judge(0.9, "What is the capital of France?").complete
+    # the words say unfinished, whatever the voice (synthetic speech always falls at the end)
+    assert POLICY.judge(0.97, "What is the capital of").wait_ms == 1600
+    assert POLICY.judge(0.97, "What is the capital of").reason == "unfinished words"
+    # the voice is sure the speaker goes on
+    assert POLICY.judge(0.02, "So I was thinking.").wait_ms == 1600
+    # neither sure, no model, no words: the fixed silence
+    assert POLICY.judge(0.3, "What do bees make?").wait_ms == 500
+    assert POLICY.judge(None, "What do bees make?").wait_ms == 500
+    assert POLICY.judge(None, "A table for").wait_ms == 1600
+    assert POLICY.judge(0.9, "").reason == "fallback"
+    assert POLICY.judge(0.9, None).wait_ms == 500
+
+
+@pytest.mark.parametrize("text", ["Mm-hmm.", "Yeah.", "Okay.", "Right, right.", "Uh-huh",
+                                  "yeah okay", "Got it.", "Sure."])
+def test_acknowledgements_do_not_take_the_turn(text):
+    assert is_backchannel(text)
+
+
+@pytest.mark.parametrize("text", ["Stop please, I have a question.", "Wait, what?",
+                                  "No, I meant Tuesday.", "Okay, but what about Paris?"])
+def test_interruptions_do(text):
+    assert not is_backchannel(text)
+
+
+def test_the_agent_s_own_words_are_echo():
+    said = "The weather today is sunny and warm. It is a fine day for a walk in the park."
+    assert is_echo("sunny and warm it is a fine day", said)
+    assert is_echo("a walk in the park.", said)
+    assert is_echo("9 in Salisbury.", "The market opens at nine and sells bread. In the evening")
+    assert not is_echo("Stop, I have a question.", said)
+    assert not is_echo("", said)
+
+
+def test_the_vad_ends_a_paused_utterance_early_with_the_pause_s_audio():
+    vad = StreamingVAD(VADSettings(end_silence_ms=1600, spec_silence_ms=120))
+    rng = np.random.default_rng(3)
+    t = np.arange(16000) / 16000
+    voiced = (sum(np.sin(2 * np.pi * 140 * k * t) / k for k in range(1, 15)) * 6000
+              + rng.standard_normal(16000) * 200).astype(np.int16)
+    pcm = np.concatenate([np.zeros(8000, np.int16), voiced, np.zeros(4000, np.int16)])
+    got = vad.feed(pcm)
+    pause = next(e for e in got if e.kind == "pause")
+    assert vad.paused and "end" not in [e.kind for e in got]
+    silence = vad.silence_ms
+    assert 120 <= silence <= 250
+    end = vad.end_now()
+    assert end.kind == "end" and np.array_equal(end.pcm, pause.pcm)
+    assert end.silence_ms == silence
+    assert not vad.speaking and not vad.paused
+    with pytest.raises(RuntimeError):
+        vad.end_now()
+
+
+# ---- Smart Turn on real speech ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def smart_turn():
+    return SmartTurnService(model=str(default_turn_model()), sha256=SMART_TURN_SHA256)
+
+
+def _paused_audio(pcm: np.ndarray) -> np.ndarray:
+    """The audio the server judges: the utterance at its first 120 ms pause."""
+    vad = StreamingVAD(VADSettings(end_silence_ms=1600, spec_silence_ms=120))
+    return next(e.pcm for e in vad.feed(pcm) if e.kind == "pause")
+
+
+def test_smart_turn_hears_a_finished_question_and_a_speaker_who_goes_on(smart_turn,
+                                                                        make_speech):
+    done = _paused_audio(decode_wav(make_speech("What is the capital of France?"),
+                                    max_seconds=30))
+    going_on = _paused_audio(decode_wav(make_speech("I would like to book a table for, um"),
+                                        max_seconds=30))
+    assert smart_turn.complete(done) >= 0.5
+    assert smart_turn.complete(going_on) < 0.15
+
+
+def test_smart_turn_in_our_piper_voice(smart_turn):
+    piper = PiperService(voice=str(default_piper_voice()))
+
+    def said(text: str) -> np.ndarray:
+        pcm = resample(piper.synthesize(text, False), piper.sample_rate, 16000)
+        gap = np.zeros(8000, np.int16)
+        return _paused_audio(np.concatenate([gap, pcm.astype(np.int16), gap]))
+
+    assert smart_turn.complete(said("How many days are in a week?")) >= 0.5
+    assert smart_turn.complete(said("So I was thinking that")) < 0.15
+
+
+def test_a_different_file_under_the_model_s_name_is_refused(tmp_path):
+    fake = tmp_path / "smart-turn-v3.2-cpu.onnx"
+    fake.write_bytes(b"not the model")
+    with pytest.raises(TurnModelError, match="sha256"):
+        SmartTurnService(model=str(fake), sha256=SMART_TURN_SHA256)

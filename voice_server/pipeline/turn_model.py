@@ -1,0 +1,134 @@
+"""Smart Turn v3.2: an audio model that says whether the speaker has finished their turn.
+
+The model (CPU ONNX, about 8.7 MB, BSD-2-Clause, by Daily, the authors of Pipecat) ships in the
+``pipecat-ai`` wheel (1.14.0) at ``pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx``;
+``make install`` installs that wheel with ``--no-deps`` for the file alone (nothing of Pipecat
+is imported). Its model card: 16 kHz mono, the last 8 s of the turn (zero-padded at the start
+when shorter), waveform normalized to zero mean and unit variance, Whisper's 80-bin log-mel
+features (400-sample window, hop 160: 800 frames) as ``input_features`` (batch, 80, 800); the
+output is the probability (sigmoid) that the turn is complete.
+
+``SmartTurnService`` runs it in a supervised worker process like the other models (workers/): a
+crash in onnxruntime fails that decision, never the server, and the turn falls back to the
+fixed silence. ``SmartTurn`` is the server's side, admitted by the compute pool as urgent work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..compute import ComputePool
+from ..workers import ServiceSpec
+from .pooled import PooledWorker
+from .tts import quiet_onnxruntime
+
+__all__ = ["SMART_TURN_SHA256", "SmartTurn", "SmartTurnService", "TurnModelError",
+           "default_turn_model"]
+
+RATE = 16_000
+WINDOW = 8 * RATE
+# the file in pipecat-ai 1.14.0; the wheel's publisher is the model's author, the pin guards
+# against a different file under the same name
+SMART_TURN_SHA256 = "2bb026316b14a660486a75b1733cd3fbab8c2fd0314dc9af7be49f8cca967e4f"
+
+
+class TurnModelError(Exception):
+    """The end-of-turn model failed; the turn falls back to the fixed silence."""
+
+
+def default_turn_model() -> Path:
+    """The bundled Smart Turn file, or ``TurnModelError`` naming the package to install. The
+    package is found, never imported (its ``__init__`` needs Pipecat's dependencies)."""
+    spec = importlib.util.find_spec("pipecat")
+    path = None
+    if spec is not None and spec.submodule_search_locations:
+        path = Path(next(iter(spec.submodule_search_locations)),
+                    "audio", "turn", "smart_turn", "data", "smart-turn-v3.2-cpu.onnx")
+    if path is None or not path.is_file():
+        raise TurnModelError("the Smart Turn model is missing: pip install --no-deps "
+                             "pipecat-ai==1.14.0 (or set VOICE_SERVER_END_OF_TURN_MODEL=off)")
+    return path
+
+
+def features(pcm: np.ndarray, extractor: Callable[..., np.ndarray]) -> np.ndarray:
+    """The model's input for 16 kHz int16 (or float) audio: (1, 80, 800) float32."""
+    audio = np.asarray(pcm, dtype=np.float32)
+    if np.issubdtype(np.asarray(pcm).dtype, np.integer):
+        audio = audio / 32768.0
+    audio = audio[-WINDOW:]
+    audio = np.pad(audio, (WINDOW - len(audio), 0))
+    audio = (audio - audio.mean()) / np.sqrt(audio.var() + 1e-7)
+    mel = extractor(audio, padding=0)[:, :WINDOW // 160]
+    return np.ascontiguousarray(mel[None], dtype=np.float32)
+
+
+class SmartTurnService:
+    """The model, loaded once in its worker process and checked with one pass."""
+
+    def __init__(self, *, model: str, threads: int = 1, sha256: str | None = None) -> None:
+        import onnxruntime
+        from faster_whisper.feature_extractor import FeatureExtractor
+
+        path = Path(model)
+        if not path.is_file():
+            raise TurnModelError(f"no end-of-turn model at {path}")
+        if sha256 and hashlib.sha256(path.read_bytes()).hexdigest() != sha256:
+            raise TurnModelError(f"{path} is not the pinned Smart Turn v3.2 file (sha256 differs);"
+                                 " reinstall pipecat-ai==1.14.0 --no-deps")
+        quiet_onnxruntime(onnxruntime)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        self._session = onnxruntime.InferenceSession(str(path), sess_options=options,
+                                                     providers=["CPUExecutionProvider"])
+        self._extractor = FeatureExtractor(feature_size=80)
+        self.model_ref = str(path)
+        probability = self.complete(np.zeros(RATE, dtype=np.int16))  # self-test, and warm
+        if not 0.0 <= probability <= 1.0:
+            raise TurnModelError(f"the end-of-turn model's self-test gave {probability}")
+
+    def info(self) -> dict[str, Any]:
+        return {"model": self.model_ref}
+
+    def close(self) -> None:
+        self._session = None
+
+    def complete(self, pcm: np.ndarray) -> float:
+        """Probability that the turn in ``pcm`` (16 kHz, ending now) is complete."""
+        out = self._session.run(None, {"input_features": features(pcm, self._extractor)})
+        return float(np.asarray(out[0]).ravel()[0])
+
+
+class SmartTurn:
+    """End-of-turn probabilities from the turn-model worker, admitted by the compute pool."""
+
+    name = "smart-turn-v3.2"
+
+    def __init__(self, pool: ComputePool, *, model: str | None = None,
+                 on_restart: Callable[[str], None] | None = None) -> None:
+        self.model_ref = model or str(default_turn_model())
+        spec = ServiceSpec(f"{__name__}:SmartTurnService", {
+            "model": self.model_ref, "threads": 1,
+            "sha256": None if model else SMART_TURN_SHA256})
+        self._models = PooledWorker("turn", spec, pool, error=TurnModelError,
+                                    what="end-of-turn model", on_restart=on_restart)
+        self.worker = self._models.worker
+
+    async def load(self) -> None:
+        await self._models.start()
+
+    def health(self) -> dict[str, Any]:
+        return {**self.worker.health(), "model": self.model_ref}
+
+    async def aclose(self) -> None:
+        await self._models.aclose()
+
+    async def complete(self, pcm: np.ndarray) -> float:
+        """Probability that the turn in ``pcm`` is complete (``TurnModelError`` on failure)."""
+        return await self._models.call("complete", pcm, urgent=True)

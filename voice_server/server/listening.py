@@ -1,0 +1,410 @@
+"""Turn-taking for one session's inbound voice, whichever transport carries it (WebRTC today,
+a phone line next): 16 kHz PCM in; speech-start/end, transcripts, utterances and barge-ins out to
+the session's ``Conversation``.
+
+- **End of turn** (end_of_turn.py): at the first short pause (``vad_spec_silence_ms``) the answer
+  starts speculatively (speech to text, then the LLM; its messages and audio held), and the turn
+  model and the transcript judge whether the user is done. The turn ends after the silence the
+  verdict asks for: about 200 ms when both say complete, up to ``end_of_turn_max_ms`` when the
+  user is mid-sentence. Speech that resumes first drops the held answer unheard.
+- **Barge-in**: voice onset while the agent talks pauses its audio at once (``duck``); a click or
+  a cough that never becomes speech resumes it. Speech long enough to count is then *judged*
+  before it cancels anything: its words are transcribed (about 300 ms in) and an
+  acknowledgement ("mm-hmm", "yeah", "okay", "right"), no words at all (a door, a cough) or the
+  agent's own words coming back through a speaker (echo) resume the agent where it paused; only
+  a real interruption cancels the turn, sends ``speech-start`` and is answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import difflib
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from ..metrics import TurnRecord
+from ..pipeline.end_of_turn import EndOfTurnPolicy, Verdict
+from ..pipeline.speech import HeldOutput, SpeechOutput
+from ..pipeline.vad import StreamingVAD, VADEvent, VADSettings
+from ..protocol import Message, SpeechEnd, SpeechStart, Transcript
+
+if TYPE_CHECKING:
+    from ..config import Settings
+    from .conversation import Conversation, Transcriber
+
+__all__ = ["Listener", "Playback", "TurnModel", "is_backchannel"]
+
+log = logging.getLogger(__name__)
+
+INTERIM_AFTER_S = 1.5
+INTERIM_EVERY_S = 1.0
+BARGE_IN_JUDGE_S = 0.3  # speech heard before its words are judged (acknowledgement or not)
+RATE = 16_000
+
+_WORD = re.compile(r"[a-z']+")
+_BACKCHANNEL = frozenset("""
+mm hmm mhm mmhmm mm-hmm uh-huh uh huh um yeah yep yes yup ok okay right sure alright
+i see got it cool great nice good wow oh ah aha true exactly totally indeed fine thanks
+""".split())
+
+
+def is_backchannel(text: str) -> bool:
+    """Words that acknowledge without taking the turn: "mm-hmm", "yeah, right", "okay"."""
+    words = _WORD.findall(text.lower().replace("-", " "))
+    return len(words) <= 4 and all(w in _BACKCHANNEL for w in words)
+
+
+_DIGITS = dict(enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve".split()))
+
+
+def _words(text: str) -> list[str]:
+    words = re.findall(r"[a-z']+|\d+", text.lower())
+    return [_DIGITS.get(int(w), w) if w.isdigit() else w for w in words]
+
+
+def is_echo(text: str, agent_said: str) -> bool:
+    """The agent's own words back through the user's speaker: most of what was heard is in
+    what the agent is saying, or all of it but one word (speech to text of a cut fragment hears
+    "fisherman" for "fishermen", "Salisbury" for "sells bread"; a close spelling matches too)."""
+    words = _words(text)
+    said = sorted(set(_words(agent_said)))
+    if not words or not said:
+        return False
+    matched = sum(w in said or bool(difflib.get_close_matches(w, said, n=1, cutoff=0.75))
+                  or any(s.startswith(w) for s in said if len(w) >= 3) for w in words)
+    return matched >= 0.6 * len(words) or (len(words) >= 3 and len(words) - matched <= 1)
+
+
+class Playback(Protocol):
+    """The transport's outbound audio, as far as turn-taking touches it."""
+
+    @property
+    def busy(self) -> bool: ...
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+
+class TurnModel(Protocol):
+    async def complete(self, pcm: np.ndarray) -> float: ...
+
+
+@dataclass
+class _Speculation:
+    pcm: np.ndarray  # the utterance as it was at the pause (``end`` must carry the same)
+    output: HeldOutput
+    record: TurnRecord
+    verdict: asyncio.Task[Verdict]
+
+
+@dataclass
+class _BargeIn:
+    """Speech over the agent, not yet judged."""
+
+    record: TurnRecord  # the new utterance's
+    agent_said: str
+    detected: float  # when the speech (or, judged again, its latest part) began to count
+    judge: asyncio.Task[str] | None = None
+    judged_samples: int = 0  # of the utterance, when its words were last judged
+    ignored: bool = False  # judged an acknowledgement, noise or echo: not a turn
+
+
+class Listener:
+    def __init__(self, *, settings: Settings, conversation: Callable[[], Conversation],
+                 send: Callable[[Message], Awaitable[None]], stt: Transcriber,
+                 turn_model: TurnModel | None, playback: Playback,
+                 speech_output: Callable[[], SpeechOutput], busy: Callable[[], bool]) -> None:
+        self._settings = settings
+        self._conversation = conversation
+        self._send = send
+        self._stt = stt
+        self._turn_model = turn_model
+        self._playback = playback
+        self._speech_output = speech_output
+        self._busy = busy  # the compute pool is saturated: skip best-effort work
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._interim: asyncio.Task[None] | None = None
+        self._record: TurnRecord | None = None
+        self._held: _Speculation | None = None  # an answer started on a short pause
+        self._barge: _BargeIn | None = None
+        self._last_interim = 0.0
+        self._closed = False
+        self._policy = EndOfTurnPolicy()
+        self._vad = StreamingVAD(self.vad_settings())
+
+    # ---- settings ------------------------------------------------------------------------
+    def vad_settings(self) -> VADSettings:
+        """Server defaults, overridden by the current playbook stage's ``turn_taking``; with a
+        speculative pause the VAD waits for the longest end of turn and the verdict ends the
+        turn sooner."""
+        s = self._settings
+        values = {"aggressiveness": s.vad_aggressiveness, "min_speech_ms": s.vad_min_speech_ms,
+                  "end_silence_ms": s.vad_end_silence_ms, "pre_roll_ms": s.vad_pre_roll_ms}
+        overrides = self._conversation().turn_taking()
+        values.update({k: v for k, v in overrides.items() if k in values and v is not None})
+        self._policy = EndOfTurnPolicy(
+            commit_ms=s.end_of_turn_commit_ms, max_ms=s.end_of_turn_max_ms,
+            fallback_ms=values["end_silence_ms"], complete_from=s.end_of_turn_complete_from,
+            unfinished_below=s.end_of_turn_unfinished_below)
+        if s.vad_spec_silence_ms:
+            values["end_silence_ms"] = max(values["end_silence_ms"], s.end_of_turn_max_ms)
+        return VADSettings(max_utterance_s=s.max_audio_seconds, duck_ms=s.vad_duck_ms,
+                           barge_in_min_speech_ms=s.vad_barge_in_min_speech_ms,
+                           spec_silence_ms=s.vad_spec_silence_ms, **values)
+
+    # ---- audio in --------------------------------------------------------------------------
+    async def feed(self, pcm: np.ndarray) -> None:
+        """16 kHz mono int16 audio, in order, as it arrives."""
+        vad = self._vad
+        vad.agent_speaking = self._conversation().agent_speaking
+        for event in vad.feed(pcm):
+            await self._on_event(event)
+        await self._judge_barge_in()
+        held = self._held
+        if held is not None and vad.paused and (verdict := _verdict(held)) is not None:
+            if vad.silence_ms >= verdict.wait_ms:
+                await self._on_event(vad.end_now())
+        self._maybe_interim()
+
+    async def _on_event(self, event: VADEvent) -> None:
+        kind = event.kind
+        if kind == "duck":
+            self._duck()
+        elif kind == "reject":
+            if self._barge is None:
+                self._playback.resume()  # a click or cough: carry on talking
+        elif kind == "pause":
+            await self._abandon()
+            barge = self._barge  # speech over the agent: answer it only if it interrupts
+            if barge is None or await self._interrupts(barge):
+                await self._speculate(event.pcm)
+        elif kind == "resume":
+            await self._abandon()  # the user spoke on: drop it unheard
+        elif kind == "start":
+            await self._abandon()
+            await self._speech_started()
+        else:
+            await self._speech_ended(event)
+
+    # ---- end of turn -----------------------------------------------------------------------
+    async def _speculate(self, pcm: np.ndarray) -> None:
+        """Answer the utterance so far now, holding its messages and audio until the end of
+        turn is confirmed; judge meanwhile whether it is over."""
+        log.debug("pause: speculative answer")
+        output = HeldOutput(self._speech_output(), self._send)
+        transcript = self._spawn(self._stt.transcribe(pcm), "speculative-stt")
+        record = self._new_record()
+        await self._conversation().start_utterance(pcm, output, record, transcript,
+                                                   emit=output.emit)
+        verdict = self._spawn(self._judge_turn(pcm, transcript), "end-of-turn")
+        self._held = _Speculation(pcm, output, record, verdict)
+
+    async def _judge_turn(self, pcm: np.ndarray, transcript: asyncio.Task[str]) -> Verdict:
+        async def probability() -> float | None:
+            if self._turn_model is None:
+                return None
+            try:
+                return await self._turn_model.complete(pcm)
+            except Exception as exc:  # the fixed silence decides instead
+                log.warning("end-of-turn model failed: %s", exc)
+                return None
+
+        p = await probability()
+        await asyncio.wait({transcript})  # never cancels the answer's own transcript
+        text = None if transcript.cancelled() or transcript.exception() else transcript.result()
+        return self._policy.judge(p, text)
+
+    async def _abandon(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held.output.discard()
+            held.verdict.cancel()
+            await self._conversation().interrupt()  # the held answer is the current job
+
+    async def _speech_ended(self, event: VADEvent) -> None:
+        if self._interim is not None and not self._interim.done():
+            self._interim.cancel()
+        now = time.monotonic()
+        speech_end = now - event.silence_ms / 1000
+        barge, self._barge = self._barge, None
+        if barge is not None and not await self._interrupts(barge):
+            self._record = None
+            await self._abandon()
+            self._refresh_vad()
+            return
+        held, self._held = self._held, None
+        if held is not None and np.array_equal(held.pcm, event.pcm):
+            await self._send(SpeechEnd())
+            _decided(held.record, speech_end, now, _verdict(held))
+            held.record.speculative_stt = True
+            await held.output.commit()
+        else:
+            if held is not None:
+                self._held = held
+                await self._abandon()
+            await self._send(SpeechEnd())
+            record = self._record or self._new_record()
+            _decided(record, speech_end, now, None)
+            await self._conversation().start_utterance(event.pcm, self._speech_output(),
+                                                       record)
+        self._record = None
+        self._refresh_vad()
+
+    def _refresh_vad(self) -> None:
+        if (wanted := self.vad_settings()) != self._vad.settings:  # the stage changed
+            self._vad = StreamingVAD(wanted)
+            self._playback.resume()
+
+    # ---- barge-in --------------------------------------------------------------------------
+    def _duck(self) -> None:
+        """A voiced run started while the agent talks: silence the agent until the candidate is
+        judged (an interruption cancels the turn) or rejected (resume where it paused)."""
+        turn = self._conversation().interruptible_turn()
+        if turn is None or not self._playback.busy:
+            return
+        self._playback.pause()
+        if turn.record.ducked is None:
+            turn.record.ducked = time.monotonic()
+
+    async def _speech_started(self) -> None:
+        record = self._new_record()
+        turn = self._conversation().interruptible_turn()
+        log.debug("speech started (agent speaking: %s)", turn is not None)
+        if turn is not None and self._settings.barge_in_judge:
+            self._duck()
+            self._barge = _BargeIn(record, turn.spoken_text(), time.monotonic())
+            self._record = record
+            return
+        await self._send(SpeechStart())
+        if turn is not None:
+            turn.record.barge_in_detected = time.monotonic()
+            await self._conversation().interrupt()
+        self._playback.resume()
+        self._record = record
+        self._last_interim = time.monotonic()
+
+    async def _judge_barge_in(self) -> None:
+        barge = self._barge
+        if barge is None:
+            return
+        if barge.ignored:
+            self._judge_again(barge)
+            return
+        if barge.judge is None and time.monotonic() - barge.detected >= BARGE_IN_JUDGE_S:
+            self._judge(barge, self._vad.utterance_so_far())
+        if barge.judge is not None and barge.judge.done():
+            await self._interrupts(barge)
+
+    def _judge(self, barge: _BargeIn, pcm: np.ndarray) -> None:
+        barge.judged_samples = len(self._vad.utterance_so_far())
+        barge.judge = self._spawn(self._stt.transcribe(pcm), "barge-in-words")
+
+    def _judge_again(self, barge: _BargeIn) -> None:
+        """Speech judged not to interrupt goes on (echo of a long answer, or the user who
+        said "okay" and then a question): its latest words are judged again each second."""
+        so_far = self._vad.utterance_so_far()
+        if len(so_far) - barge.judged_samples < RATE:
+            return
+        if (turn := self._conversation().interruptible_turn()) is None:
+            return
+        barge.ignored = False
+        barge.agent_said = turn.spoken_text()
+        barge.detected = time.monotonic()
+        self._judge(barge, so_far[-2 * RATE:])
+
+    async def _interrupts(self, barge: _BargeIn) -> bool:
+        """Decide a barge-in candidate (waits for its words if need be): True when it is a real
+        interruption (the turn is cancelled and the speech becomes the next utterance)."""
+        if barge.ignored:
+            return False
+        if barge.judge is None:
+            self._judge(barge, self._vad.utterance_so_far())
+        assert barge.judge is not None
+        await asyncio.wait({barge.judge})
+        words = "" if barge.judge.cancelled() or barge.judge.exception() else barge.judge.result()
+        turn = self._conversation().interruptible_turn()
+        if turn is None:
+            real = bool(words.strip())  # the agent finished meanwhile: an ordinary utterance
+        else:
+            real = bool(words.strip()) and not is_backchannel(words) and \
+                not is_echo(words, barge.agent_said)
+        if not real:
+            log.debug("not a barge-in: %r", words)
+            barge.ignored = True
+            self._playback.resume()
+            return False
+        log.debug("barge-in: %r", words)
+        if self._barge is barge:
+            self._barge = None
+        await self._send(SpeechStart())
+        if turn is not None:
+            turn.record.barge_in_detected = barge.detected
+            await self._conversation().interrupt()
+        self._playback.resume()
+        self._last_interim = time.monotonic()
+        return True
+
+    # ---- interim transcripts ---------------------------------------------------------------
+    def _maybe_interim(self) -> None:
+        vad = self._vad
+        if (vad.speaking and self._held is None  # a paused user has a transcript coming
+                and self._barge is None
+                and self._settings.interim_transcripts
+                and not self._busy()  # best effort: shed under load
+                and vad.time_s and time.monotonic() - self._last_interim >= INTERIM_EVERY_S
+                and len(vad.utterance_so_far()) >= INTERIM_AFTER_S * RATE
+                and (self._interim is None or self._interim.done())):
+            self._last_interim = time.monotonic()
+            self._interim = self._spawn(self._interim_transcript(vad.utterance_so_far()),
+                                        "interim-transcript")
+
+    async def _interim_transcript(self, pcm: np.ndarray) -> None:
+        text = await self._stt.transcribe(pcm, urgent=False)
+        if text.strip() and not self._closed:
+            await self._send(Transcript(text=text, is_final=False))
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def _new_record(self) -> TurnRecord:
+        session = self._conversation().session
+        return TurnRecord(session_id=session.id if session is not None else "?")
+
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro, name=f"listen-{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._held is not None:
+            self._held.output.discard()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+def _verdict(held: _Speculation) -> Verdict | None:
+    task = held.verdict
+    if not task.done() or task.cancelled() or task.exception() is not None:
+        return None
+    return task.result()
+
+
+def _decided(record: TurnRecord, speech_end: float, now: float, verdict: Verdict | None) -> None:
+    """The turn record's end-of-turn figures: when the user stopped, when we decided, why."""
+    record.speech_end = speech_end
+    record.started = now
+    record.turn_decided = now
+    record.turn_decision = verdict.reason if verdict is not None else "silence"
+    record.turn_probability = verdict.probability if verdict is not None else None

@@ -9,7 +9,9 @@ for voice_server then Pipecat, interleaved:
    the server process (psutil), the server's own turn records and event-loop lag (ours);
 2. sequential connections: RSS after each of N connections (one turn each);
 3. scripted LLM (instant, from ``tests/support/fake_openai.py``): the pipeline's floor and
-   barge-in reaction (onset of interrupting speech -> agent audio silent) on a long answer.
+   barge-in reaction (onset of interrupting speech -> agent audio silent) on a long answer;
+4. turn-taking (``bench/_turn_taking.py``, same scripted LLM): false ends of turn on 0.8 s
+   pauses mid-sentence, false barge-ins on acknowledgements and noises over the agent.
 
 Prints JSON with the ratios Pipecat/voice_server of p50 and p95, and writes a PNG timeline.
 
@@ -298,6 +300,7 @@ async def connections_phase(systems: list[System], wavs, count: int) -> dict[str
 async def scripted_phase(systems: list[System], fake, wavs, story, interrupt, turns: int,
                          barge_ins: int) -> dict[str, Any]:
     from bench._peers import barge_in, turn
+    from bench._turn_taking import end_of_turn_reasons
 
     out: dict[str, Any] = {}
     for system in systems:
@@ -321,6 +324,9 @@ async def scripted_phase(systems: list[System], fake, wavs, story, interrupt, tu
         if dump:
             cut = [t for t in dump["turns"] if t["interrupted"]]
             entry["server_cancel_ms"] = stats([t["barge_in_ms"] for t in cut])
+            entry["end_of_turn_ms"] = stats([t["end_of_turn_ms"] for t in dump["turns"]])
+            entry["end_of_turn_reasons"] = end_of_turn_reasons(dump["turns"])
+            entry["_turns"] = dump["turns"]
         out[system.name] = entry
         print(f"# {system.name} scripted: {entry}", file=sys.stderr)
     return out
@@ -339,6 +345,8 @@ async def main() -> None:
     parser.add_argument("--connections", type=int, default=20,
                         help="sequential connections for the RSS check (0: skip)")
     parser.add_argument("--barge-ins", type=int, default=4)
+    parser.add_argument("--turn-cases", type=int, default=20, help="cases of each turn-taking "
+                        "kind (0.8 s pauses mid-sentence; sounds over the agent)")
     parser.add_argument("--pipecat-python", help="python of a venv with pipecat-ai (skip if "
                         "not given)")
     parser.add_argument("--llama-python", help="python with llama-cpp-python[server] (default: "
@@ -355,7 +363,7 @@ async def main() -> None:
     parser.add_argument("--only", default="", help="comma list of systems to run (ours, "
                         "ours_embedded, pipecat; default: all that are configured)")
     parser.add_argument("--skip", default="", help="comma list of phases to skip: "
-                        "load,connections,scripted")
+                        "load,connections,scripted,turn-taking")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
 
@@ -409,6 +417,14 @@ async def main() -> None:
                     result["scripted_llm"] = await scripted_phase(
                         systems, fake, wavs, story, interrupt, max(2, args.turns // 2),
                         args.barge_ins)
+                    save(args.json, result)
+                    if "turn-taking" not in skip and args.turn_cases:
+                        from bench._turn_taking import turn_taking_phase
+
+                        with tempfile.TemporaryDirectory() as tmp:
+                            result["turn_taking"] = await turn_taking_phase(
+                                systems, fake, lambda text, pad: speech48k(text, Path(tmp), pad),
+                                story, SHORT, LONG, args.turn_cases)
     finally:
         llama.terminate()
         llama.wait(10)

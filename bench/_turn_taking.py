@@ -1,0 +1,142 @@
+"""Turn-taking cases of the latency benchmark (issue 19), judged from the audio alone, the same
+way for voice_server and Pipecat, with an instant scripted LLM so only turn-taking is measured:
+
+- **pauses**: "<first half> <pause> <second half>" with a 0.8 s pause mid-sentence: a *false end
+  of turn* is agent speech heard before the second half ends (the system answered the first
+  half); the voice-to-voice time after the whole sentence is reported too;
+- **finished**: a finished question: voice-to-voice (end of speech -> first agent audio);
+- **over the agent**: while the agent tells a long story, an acknowledgement ("Mm-hmm.",
+  "Yeah.", "Okay.", "Right.") or a noise under ~600 ms (a cough, a click, a door bang): a *false
+  barge-in* is the story stopping (under 3 s of agent speech in the 5 s after the sound, where
+  the story goes on for longer; a cancelled story is followed by the short scripted reply only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from bench._peers import LOUD, _play, speech_bounds, turn, turn_end
+from voice_server.pipeline.audio import rms
+
+__all__ = ["PAUSED", "end_of_turn_reasons", "make_noises", "turn_taking_phase"]
+
+# (first half, second half): the first half alone would be a possible, if odd, sentence too
+PAUSED = [
+    ("I would like to book a table for", "two people at seven o'clock."),
+    ("What is the capital of", "Germany?"),
+    ("Can you tell me", "how far away the moon is?"),
+    ("My favourite colour is", "blue, what is yours?"),
+    ("I was thinking that maybe", "we could talk about the weather."),
+]
+ACKNOWLEDGEMENTS = ["Mm-hmm.", "Yeah.", "Okay.", "Right."]
+RATE = 48_000
+
+
+def make_noises(seed: int = 7) -> dict[str, np.ndarray]:
+    """A cough (noise burst with a fast decay), a click and a door bang (a low thump with a
+    rattle), each under 600 ms, at 48 kHz."""
+    rng = np.random.default_rng(seed)
+
+    def burst(seconds: float, level: float, decay: float) -> np.ndarray:
+        t = np.arange(int(RATE * seconds)) / RATE
+        env = np.exp(-t / decay) * np.minimum(1, t / 0.005)
+        return (rng.standard_normal(len(t)) * env * level).clip(-32000, 32000)
+
+    t = np.arange(int(RATE * 0.5)) / RATE
+    thump = np.sin(2 * np.pi * 60 * t) * np.exp(-t / 0.08) * 20000
+    door = thump + burst(0.5, 3000, 0.15)
+    return {"cough": burst(0.35, 12000, 0.08).astype(np.int16),
+            "click": burst(0.03, 16000, 0.01).astype(np.int16),
+            "door": door.clip(-32000, 32000).astype(np.int16)}
+
+
+async def paused_turn(client: Any, first: np.ndarray, pause_s: float, second: np.ndarray
+                      ) -> dict[str, Any]:
+    silence = np.zeros(int(RATE * pause_s), dtype=np.int16)
+    first_end = speech_bounds(first)[1]
+    pcm = np.concatenate([first, silence, second])
+    result = await turn(client, pcm)
+    first_end_at = result["speech_end"] - (speech_bounds(pcm)[1] - first_end)
+    early = [t for t, p in client.heard
+             if first_end_at < t < result["speech_end"] and rms(p) > LOUD]
+    return {"false_end": bool(early), "v2v_ms": result["v2v_ms"]}
+
+
+async def over_the_agent(client: Any, story: np.ndarray, sound: np.ndarray, *,
+                         on_answer: Any, talk_s: float = 1.5) -> dict[str, Any]:
+    """The agent tells the story; ``talk_s`` after it starts, ``sound`` plays; did it stop?"""
+    speech_end = await _play(client, story) + speech_bounds(story)[1]
+    started = None
+    async with asyncio.timeout(40):
+        while started is None:
+            await asyncio.sleep(0.05)
+            started = next((t for t, p in client.heard if t > speech_end and rms(p) > LOUD), None)
+    on_answer()
+    await asyncio.sleep(talk_s)
+    t0 = await _play(client, sound)
+    end = t0 + len(sound) / RATE
+    await asyncio.sleep(max(0.0, end + 5.0 - time.monotonic()))
+    loud_s = 0.02 * sum(1 for t, p in client.heard if end <= t <= end + 5.0 and rms(p) > LOUD)
+    await turn_end(client, end)
+    return {"false_barge_in": loud_s < 3.0, "agent_speech_after_s": round(loud_s, 2)}
+
+
+def end_of_turn_reasons(turns: list[dict[str, Any]]) -> dict[str, int]:
+    """How our server decided each turn's end (its turn records)."""
+    reasons: dict[str, int] = {}
+    for record in turns:
+        reason = record.get("end_of_turn") or "none"
+        reasons[reason] = reasons.get(reason, 0) + 1
+    return reasons
+
+
+async def turn_taking_phase(systems: list[Any], fake: Any, speech: Any, story: np.ndarray,
+                            short: str, long: str, cases: int) -> dict[str, Any]:
+    """``speech(text, pad)`` -> 48 kHz PCM; ``cases`` of each kind per system."""
+    halves = [(speech(a, (1.0, 0.0)), speech(b, (0.0, 1.0))) for a, b in PAUSED]
+    sounds = {text: speech(text, (0.0, 0.3)) for text in ACKNOWLEDGEMENTS}
+    sounds.update(make_noises())
+    names = list(sounds)
+    out: dict[str, Any] = {}
+    for system in systems:
+        fake.default_text = short
+        async with system.client() as client:
+            await client.negotiate()
+            await asyncio.sleep(0.5)
+            paused = []
+            for i in range(cases):
+                first, second = halves[i % len(halves)]
+                paused.append(await paused_turn(client, first, 0.8, second))
+            over = []
+            for i in range(cases):
+                fake.default_text = long
+                name = names[i % len(names)]
+                result = await over_the_agent(client, story, sounds[name],
+                                              on_answer=lambda: setattr(fake, "default_text",
+                                                                        short))
+                over.append({"sound": name, **result})
+        dump = await system.dump()  # ours: the server's own turn records
+        entry: dict[str, Any] = {
+            "pause_0_8s": {"cases": len(paused),
+                           "false_end_of_turn": sum(r["false_end"] for r in paused),
+                           "v2v_ms": [r["v2v_ms"] for r in paused]},
+            "over_the_agent": {"cases": len(over),
+                               "false_barge_in": sum(r["false_barge_in"] for r in over),
+                               "false_by_sound": {n: sum(r["false_barge_in"] for r in over
+                                                         if r["sound"] == n) for n in names},
+                               "runs": over},
+        }
+        if dump:
+            entry["end_of_turn_reasons"] = end_of_turn_reasons(dump["turns"])
+            entry["_turns"] = dump["turns"]
+        out[system.name] = entry
+        print(f"# {system.name} turn-taking: false end of turn "
+              f"{entry['pause_0_8s']['false_end_of_turn']}/{len(paused)}, false barge-in "
+              f"{entry['over_the_agent']['false_barge_in']}/{len(over)}", flush=True,
+              file=sys.stderr)
+    return out

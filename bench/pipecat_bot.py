@@ -1,7 +1,7 @@
 """Pipecat 1.14 voice bot with the same models as voice_server, for the latency comparison.
 
 Runs in its own virtualenv (never the project's): ``pip install
-"pipecat-ai[webrtc,silero,whisper,piper,openai]==1.14.*" aiohttp`` plus the cached llama-cpp
+"pipecat-ai[webrtc,silero,whisper,piper,openai]==1.14.*" aiohttp fastapi`` plus the cached llama-cpp
 wheel for the shared LLM server. ``bench/voice_latency.py --pipecat-python VENV/bin/python``
 starts it as a subprocess inside the benchmark's private network namespace.
 

@@ -144,7 +144,7 @@ class Settings(BaseSettings):
                                     "turn judged unfinished (a pause to think)")
     end_of_turn_complete_from: float = Field(0.5, ge=0, le=1, description="turn model "
                                              "probability from which a turn is complete")
-    end_of_turn_unfinished_below: float = Field(0.15, ge=0, le=1, description="turn model "
+    end_of_turn_unfinished_below: float = Field(0.03, ge=0, le=1, description="turn model "
                                                 "probability below which it is unfinished")
     barge_in_judge: bool = Field(True, description="speech over the agent pauses it and is "
                                  "judged by its words before it cancels the answer: an "

@@ -158,6 +158,7 @@ async def _model_checks(settings: Settings) -> list[Check]:
     from .pipeline.audio import resample
     from .pipeline.stt import WhisperSTT
     from .pipeline.tts import PiperTTS
+    from .pipeline.turn_model import SmartTurn
 
     checks: list[Check] = []
     pool = ComputePool(settings.compute_workers)
@@ -165,6 +166,7 @@ async def _model_checks(settings: Settings) -> list[Check]:
                      threads=settings.stt_threads, window_s=settings.stt_window_s)
     tts = PiperTTS(pool, voice=settings.tts_voice, threads=settings.tts_threads)
     router = build_router(settings, others=pool.shared)
+    turn: SmartTurn | None = None
     speech: dict[str, Any] = {}
     try:
         async def speak() -> str:
@@ -205,14 +207,31 @@ async def _model_checks(settings: Settings) -> list[Check]:
             return (f"{where}; first token {(first or started) - started:.2f} s, "
                     f"{rate:.0f} tokens/s: {''.join(parts).strip()[:60]!r}")
 
+        async def judge() -> str:
+            nonlocal turn
+            turn = SmartTurn(pool, model=None if settings.end_of_turn_model == "smart-turn"
+                             else settings.end_of_turn_model)
+            await turn.load()
+            if "pcm" not in speech:
+                return f"{_file(turn.model_ref)}; loaded (no speech to judge: TTS failed)"
+            started = time.monotonic()
+            done = await turn.complete(resample(speech["pcm"], tts.sample_rate, 16000))
+            return (f"{_file(turn.model_ref)}; 'What is the capital of France?' finished with "
+                    f"probability {done:.2f} in {time.monotonic() - started:.2f} s")
+
         checks.append(await _timed("tts pass", speak, "check --tts-voice (a Piper .onnx with its "
                                    ".onnx.json) or reinstall: make install"))
         checks.append(await _timed("stt pass", hear, "check --stt-model (a CTranslate2 Whisper "
                                    "folder) or reinstall: make install"))
         checks.append(await _timed("llm pass", think, "check --llm-model-path / --llm-base-url; "
                                    "for the embedded model: " + REBUILD))
+        if settings.end_of_turn_model != "off":
+            checks.append(await _timed("end-of-turn pass", judge, "check --end-of-turn-model "
+                                       "(smart-turn, an ONNX path or off) or reinstall: "
+                                       "make install"))
     finally:
-        await asyncio.gather(stt.aclose(), tts.aclose(), router.aclose())
+        await asyncio.gather(stt.aclose(), tts.aclose(), router.aclose(),
+                             *([turn.aclose()] if turn is not None else []))
         pool.close()
     return checks
 

@@ -106,7 +106,16 @@ async function connect() {
   } catch (err) {
     if (app.client !== client) return null;
     if (err.code === "CONNECTION_FAILED" || err.code === "TIMEOUT") showUnreachable();
-    else if (err.code !== "CLOSED") showNotice("error", "Connection failed.", err.message, { retry: true });
+    else if (err.code === "ORIGIN_REFUSED") {
+      showNotice("origin-refused", "This page is not allowed.",
+        `The voice server at ${app.wsUrl} runs but does not accept pages from ` +
+        `${location.origin}. Add that origin to its allowed_origins ` +
+        "(--allowed-origins or VOICE_SERVER_ALLOWED_ORIGINS) and restart it.");
+    } else if (err.code === "REFUSED") {
+      showNotice("refused", "Connection refused.",
+        "The voice server runs but refused the connection: it may be full or restarting, " +
+        "or need a token. Try again in a moment.", { retry: true });
+    } else if (err.code !== "CLOSED") showNotice("error", "Connection failed.", err.message, { retry: true });
     return null;
   }
   return client;
@@ -128,7 +137,15 @@ function wire(client) {
       setMic(false);
     }
   });
-  on("transport", ({ mode }) => setTransport(mode));
+  on("transport", ({ mode, reason }) => {
+    setTransport(mode);
+    if (mode === "websocket" && reason) {
+      showNotice("webrtc-blocked", "WebRTC is blocked here.",
+        "This network or browser does not let WebRTC through, so audio goes over the " +
+        "WebSocket instead: it works, a little slower to answer, and talking over the agent " +
+        "stops it only once you finish the sentence.", { autoHideMs: 12000 });
+    }
+  });
   on("reconnected", ({ historyRecovered }) => addTimeline("info",
     historyRecovered ? "Reconnected — conversation restored" : "Reconnected — new conversation"));
   on("mic", ({ active }) => setMic(active));
@@ -393,12 +410,14 @@ function renderLatency(turn) {
   if (s) {
     const parts = [
       ms(s.firstAudioMs ?? s.voiceToVoiceMs) && `reply ${ms(s.firstAudioMs ?? s.voiceToVoiceMs)}`,
+      ms(s.endOfTurnMs) && `turn end ${ms(s.endOfTurnMs)}`,
       ms(s.sttMs) && `STT ${ms(s.sttMs)}`,
       ms(s.llmTtftMs) && `LLM ${ms(s.llmTtftMs)}`,
       ms(s.ttsFirstAudioMs) && `TTS ${ms(s.ttsFirstAudioMs)}`,
     ].filter(Boolean);
     el.textContent = parts.join(" · ");
-    el.title = "measured by the server";
+    el.title = "measured by the server" +
+      (s.endOfTurn ? `; your turn was judged over: ${s.endOfTurn}` : "");
   } else {
     el.textContent = `reply ≈ ${turn.latency.clientMs} ms`;
     el.title = "from the end of your speech to the agent's first audio, measured in this page";

@@ -106,7 +106,8 @@ const EVENT_TYPES = new Set([
 export class VoiceClientError extends Error {
   /**
    * @param {string} code spec error code, or a client code (CONNECTION_FAILED, MIC_DENIED,
-   *   MIC_UNAVAILABLE, RECONNECT_FAILED, CLOSED, TIMEOUT)
+   *   MIC_UNAVAILABLE, RECONNECT_FAILED, CLOSED, TIMEOUT, ORIGIN_REFUSED: the server runs but
+ *   does not allow this page's origin, REFUSED: it runs and refused for another reason)
    * @param {string} message human-readable text
    * @param {{recoverable?: boolean}} [opts]
    */
@@ -511,6 +512,7 @@ export class ChunkPlayer {
  *   random?: () => number}} [reconnect] backoff policy
  * @property {number} [maxQueued] sends kept while reconnecting (default 100)
  * @property {(url: string) => WebSocket} [createWebSocket] injectable for tests
+ * @property {typeof fetch} [fetch] injectable for tests (tells "refused" from "unreachable")
  * @property {((config: RTCConfiguration) => RTCPeerConnection) | null} [createPeerConnection]
  *   injectable; null means WebRTC is unavailable
  * @property {(c: MediaStreamConstraints) => Promise<MediaStream>} [getUserMedia] injectable
@@ -537,6 +539,8 @@ export class VoiceClient extends EventTarget {
     this.options = options;
     const g = globalThis;
     this._createWebSocket = options.createWebSocket ?? ((url) => new g.WebSocket(url));
+    this._fetch = options.fetch ?? (g.fetch ? (...a) => g.fetch(...a) : null);
+    this._pageOrigin = options.pageOrigin ?? g.location?.origin ?? null;
     this._createPeerConnection = options.createPeerConnection !== undefined
       ? options.createPeerConnection
       : typeof g.RTCPeerConnection === "function" ? (cfg) => new g.RTCPeerConnection(cfg) : null;
@@ -848,10 +852,15 @@ export class VoiceClient extends EventTarget {
       ws.addEventListener("message", (ev) => {
         if (epoch === this._epoch) this._onText(String(ev.data), "ws", epoch);
       });
+      let failed = false;
+      const notOpened = () => {
+        if (failed) return;
+        failed = true;
+        this._whyNotOpened(url).then(reject);
+      };
       ws.addEventListener("close", (ev) => {
         if (!opened) {
-          reject(new VoiceClientError("CONNECTION_FAILED",
-            `the voice server at ${url} is unreachable`, { recoverable: true }));
+          notOpened();
         } else if (epoch === this._epoch) {
           const error = new VoiceClientError("CONNECTION_FAILED",
             `the server closed the connection (${ev?.code ?? "?"})`, { recoverable: true });
@@ -865,12 +874,49 @@ export class VoiceClient extends EventTarget {
         }
       });
       ws.addEventListener("error", () => {
-        if (!opened) {
-          reject(new VoiceClientError("CONNECTION_FAILED",
-            `the voice server at ${url} is unreachable`, { recoverable: true }));
-        }
+        if (!opened) notOpened();
       });
     });
+  }
+
+  /**
+   * A WebSocket that never opened: was the server down, or did it refuse this page? A browser
+   * tells a script neither, so ask the server's /health: answered to a CORS request, the
+   * server is up and this origin allowed (refused for another reason: full, shutting down, a
+   * token needed); answered only without CORS, the server is up and this origin is not in its
+   * allowed_origins; not answered, the server is unreachable.
+   */
+  async _whyNotOpened(url) {
+    const unreachable = new VoiceClientError("CONNECTION_FAILED",
+      `the voice server at ${url} is unreachable`, { recoverable: true });
+    let health;
+    try {
+      const u = new URL(url);
+      u.protocol = u.protocol === "wss:" ? "https:" : "http:";
+      u.pathname = "/health";
+      u.search = "";
+      health = u.toString();
+    } catch {
+      return unreachable;
+    }
+    if (!this._fetch) return unreachable;
+    const probe = (mode) => this._withTimeout(
+      this._fetch(health, { mode, cache: "no-store", credentials: "omit" }), "server check");
+    try {
+      await probe("cors");
+      return new VoiceClientError("REFUSED", `the voice server at ${url} is running but ` +
+        "refused the connection (it may be full, shutting down, or need a token)",
+      { recoverable: true });
+    } catch { /* not answered with CORS: look without */ }
+    try {
+      await probe("no-cors");
+    } catch {
+      return unreachable;
+    }
+    const origin = this._pageOrigin ?? "this page's origin";
+    return new VoiceClientError("ORIGIN_REFUSED", `the voice server at ${url} does not allow ` +
+      `pages from ${origin}: add it to its allowed_origins (--allowed-origins or ` +
+      "VOICE_SERVER_ALLOWED_ORIGINS)", { recoverable: false });
   }
 
   /** Inbound text from either channel. */
@@ -1055,7 +1101,7 @@ export class VoiceClient extends EventTarget {
       this._check(epoch);
       this._log?.warn(`llmrtc: WebRTC unavailable (${err?.message ?? err}); using the WebSocket`);
       this._closePeer();
-      this._setTransport("websocket");
+      this._setTransport("websocket", `WebRTC could not connect (${err?.message ?? err})`);
     }
   }
 
@@ -1182,9 +1228,10 @@ export class VoiceClient extends EventTarget {
     return this._ctx;
   }
 
-  _setTransport(mode) {
+  /** `reason`: why WebRTC was given up for the WebSocket (null when it was not tried). */
+  _setTransport(mode, reason = null) {
     this.transport = mode;
-    this._emit("transport", { mode });
+    this._emit("transport", { mode, reason });
   }
 
   // --- plumbing ----------------------------------------------------------------------------

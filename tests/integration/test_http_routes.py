@@ -117,6 +117,27 @@ async def test_the_page_s_own_origin_is_allowed_wherever_it_is_served(scripted_s
     assert answer.startswith(b"HTTP/1.1 403"), answer[:200]
 
 
+def get_from(server, path: str, origin: str) -> dict[str, str]:
+    request = urllib.request.Request(f"http://127.0.0.1:{server.port}{path}",
+                                     headers={"Origin": origin})
+    with urllib.request.urlopen(request, timeout=10) as r:
+        return dict(r.headers)
+
+
+async def test_health_answers_cors_only_to_origins_the_websocket_allows(scripted_server):
+    """Issue 22, item 4: a page whose WebSocket failed asks /health with CORS; an answer it
+    may read means "refused for another reason", none means "this origin is not allowed"."""
+    import asyncio
+
+    allowed = await asyncio.to_thread(get_from, scripted_server, "/health",
+                                      "http://localhost:5173")
+    assert allowed["Access-Control-Allow-Origin"] == "http://localhost:5173"
+    assert allowed["Vary"] == "Origin"
+    foreign = await asyncio.to_thread(get_from, scripted_server, "/health",
+                                      "https://evil.example")
+    assert "Access-Control-Allow-Origin" not in foreign
+
+
 async def test_head_gets_headers_without_a_body(scripted_server):
     """Issue 20, bug 5: `HEAD /health` sent a body."""
     import asyncio

@@ -80,9 +80,10 @@ def test_doctor_passes_on_this_install() -> None:
     checks = {c["name"]: c for c in json.loads(out.stdout)}
     assert out.returncode == 0, out.stdout + out.stderr
     assert {"cpu", "llama.cpp", "llama.cpp build", "tts pass", "stt pass",
-            "llm pass"} <= set(checks)
+            "llm pass", "end-of-turn pass"} <= set(checks)
     assert all(c["ok"] for c in checks.values())
     assert "capital of france" in checks["stt pass"]["detail"].lower()
+    assert "probability" in checks["end-of-turn pass"]["detail"]
     assert "tokens/s" in checks["llm pass"]["detail"]
 
 

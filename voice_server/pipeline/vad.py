@@ -109,6 +109,11 @@ class StreamingVAD:
         self._reset()
         return VADEvent("end", self.time_s, pcm=utterance, silence_ms=silence_ms)
 
+    @property
+    def utterance_samples(self) -> int:
+        """Length of the utterance in progress (without building it)."""
+        return len(self._speech) * self._frame
+
     def utterance_so_far(self) -> np.ndarray:
         """The audio of the utterance in progress (for interim transcripts)."""
         return np.concatenate(self._speech) if self._speech else np.zeros(0, dtype=np.int16)

@@ -130,7 +130,14 @@ class HttpRoutes:
                 HTTPStatus.SERVICE_UNAVAILABLE
             if not self._operator(connection, request):  # no paths, versions, counts
                 report = {"status": report["status"]}
-            return json_response(status, report)
+            answer = json_response(status, report)
+            # a page whose WebSocket failed asks this to tell "origin refused" from "down"
+            # (llmrtc.js ``_whyNotOpened``): a CORS answer only to origins the WebSocket allows
+            origin = request.headers.get("Origin")
+            if origin and origin_allowed(origin, self._allowed, request.headers.get("Host")):
+                answer.headers["Access-Control-Allow-Origin"] = origin
+            answer.headers["Vary"] = "Origin"
+            return answer
         if path == "/metrics":
             if self._signer is not None and not self._operator(connection, request):
                 return response(HTTPStatus.UNAUTHORIZED, "a token is required\n", "text/plain",

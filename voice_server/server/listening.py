@@ -305,21 +305,20 @@ class Listener:
             await self._interrupts(barge)
 
     def _judge(self, barge: _BargeIn, pcm: np.ndarray) -> None:
-        barge.judged_samples = len(self._vad.utterance_so_far())
+        barge.judged_samples = self._vad.utterance_samples
         barge.judge = self._spawn(self._stt.transcribe(pcm), "barge-in-words")
 
     def _judge_again(self, barge: _BargeIn) -> None:
         """Speech judged not to interrupt goes on (echo of a long answer, or the user who
         said "okay" and then a question): its latest words are judged again each second."""
-        so_far = self._vad.utterance_so_far()
-        if len(so_far) - barge.judged_samples < RATE:
+        if self._vad.utterance_samples - barge.judged_samples < RATE:
             return
         if (turn := self._conversation().interruptible_turn()) is None:
             return
         barge.ignored = False
         barge.agent_said = turn.spoken_text()
         barge.detected = time.monotonic()
-        self._judge(barge, so_far[-2 * RATE:])
+        self._judge(barge, self._vad.utterance_so_far()[-2 * RATE:])
 
     async def _interrupts(self, barge: _BargeIn) -> bool:
         """Decide a barge-in candidate (waits for its words if need be): True when it is a real
@@ -361,7 +360,7 @@ class Listener:
                 and self._settings.interim_transcripts
                 and not self._busy()  # best effort: shed under load
                 and vad.time_s and time.monotonic() - self._last_interim >= INTERIM_EVERY_S
-                and len(vad.utterance_so_far()) >= INTERIM_AFTER_S * RATE
+                and vad.utterance_samples >= INTERIM_AFTER_S * RATE
                 and (self._interim is None or self._interim.done())):
             self._last_interim = time.monotonic()
             self._interim = self._spawn(self._interim_transcript(vad.utterance_so_far()),

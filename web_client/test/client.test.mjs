@@ -10,12 +10,17 @@ import {
 
 const URL = "ws://127.0.0.1:8787/ws";
 
+/** fetch() against a server that is down: every request fails, as a browser's does. */
+async function unreachableFetch() {
+  throw new TypeError("Failed to fetch");
+}
+
 /** A client in WebSocket-only mode (no RTCPeerConnection) wired to a FakeServer. */
 function wsClient(extra = {}) {
   const server = new FakeServer();
   const client = new VoiceClient({
     url: URL, createWebSocket: server.factory, createPeerConnection: null, logger: null,
-    reconnect: { baseMs: 1, maxMs: 4, jitter: 0 }, ...extra,
+    reconnect: { baseMs: 1, maxMs: 4, jitter: 0 }, fetch: unreachableFetch, ...extra,
   });
   const states = recordEvents(client, ["state"]);
   return { server, client, states: () => states.map(([, d]) => d.state) };
@@ -65,6 +70,35 @@ test("an unreachable server rejects with CONNECTION_FAILED and closes", async ()
   assert.deepEqual(states(), ["connecting", "closed"]);
   assert.equal(errors.length, 1);
   assert.equal(errors[0][1].code, "CONNECTION_FAILED");
+});
+
+test("a server that runs but refuses this page's origin: ORIGIN_REFUSED, not unreachable", async () => {
+  const asked = [];
+  const { server, client } = wsClient({
+    pageOrigin: "https://shop.example",
+    // the server answers /health, but with CORS only to origins it allows (this one is not)
+    fetch: async (url, init) => {
+      asked.push([url, init.mode]);
+      if (init.mode === "cors") throw new TypeError("Failed to fetch");
+      return { type: "opaque", status: 0 };
+    },
+  });
+  const done = client.connect();
+  (await server.next()).refuse();
+  await assert.rejects(done, (err) => err.code === "ORIGIN_REFUSED"
+    && err.message.includes("https://shop.example") && err.message.includes("allowed_origins")
+    && err.recoverable === false);
+  assert.deepEqual(asked, [["http://127.0.0.1:8787/health", "cors"],
+    ["http://127.0.0.1:8787/health", "no-cors"]]);
+});
+
+test("a server that runs and allows the origin but refuses the socket: REFUSED", async () => {
+  const { server, client } = wsClient({
+    fetch: async () => ({ type: "cors", status: 200, ok: true }),
+  });
+  const done = client.connect();
+  (await server.next()).refuse();
+  await assert.rejects(done, (err) => err.code === "REFUSED" && err.recoverable === true);
 });
 
 test("a socket that closes before ready fails fast", async () => {
@@ -268,7 +302,7 @@ function rtcClient(extra = {}) {
   const client = new VoiceClient({
     url: URL, createWebSocket: server.factory, createPeerConnection: peers.create, logger: null,
     getUserMedia: async () => mic, createAudioContext: () => { throw new Error("no audio"); },
-    reconnect: { baseMs: 1, maxMs: 4, jitter: 0 }, ...extra,
+    reconnect: { baseMs: 1, maxMs: 4, jitter: 0 }, fetch: unreachableFetch, ...extra,
   });
   return { server, peers, mic, client };
 }
@@ -388,6 +422,7 @@ test("WebRTC: after a reconnect the session is resumed, then re-offered and the 
 test("WebRTC: WEBRTC_UNAVAILABLE from the server falls back to the WebSocket quietly", async () => {
   const { server, peers, client } = rtcClient();
   const errors = recordEvents(client, ["error"]);
+  const transports = recordEvents(client, ["transport"]);
   const done = client.connect();
   const socket = await server.acceptReady("r1");
   await socket.receive((m) => m.type === "offer");
@@ -396,6 +431,9 @@ test("WebRTC: WEBRTC_UNAVAILABLE from the server falls back to the WebSocket qui
   assert.equal(client.transport, "websocket");
   assert.equal(peers.peers[0].closed, true);
   assert.deepEqual(errors, []);
+  // the page says why audio goes over the WebSocket
+  assert.equal(transports.at(-1)[1].mode, "websocket");
+  assert.match(transports.at(-1)[1].reason, /WebRTC could not connect/);
   const seen = recordEvents(client, ["transcript"]);
   socket.push({ type: "transcript", text: "over the socket", isFinal: true });
   assert.equal(seen.length, 1);

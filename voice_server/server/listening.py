@@ -55,6 +55,16 @@ i see got it cool great nice good wow oh ah aha true exactly totally indeed fine
 """.split())
 
 
+# what Whisper writes for quiet sound with no words in it (a faint echo, breath, room noise)
+_NO_WORDS = frozenset({"you", "thank you", "thanks", "thank you very much", "bye",
+                       "thanks for watching", "so", "the", "i", "oh"})
+
+
+def no_words(text: str) -> bool:
+    """Nothing said: empty, or one of speech to text's stock inventions for faint sound."""
+    return " ".join(_WORD.findall(text.lower())) in _NO_WORDS | {""}
+
+
 def is_backchannel(text: str) -> bool:
     """Words that acknowledge without taking the turn: "mm-hmm", "yeah, right", "okay"."""
     words = _WORD.findall(text.lower().replace("-", " "))
@@ -80,7 +90,9 @@ def is_echo(text: str, agent_said: str) -> bool:
         return False
     matched = sum(w in said or bool(difflib.get_close_matches(w, said, n=1, cutoff=0.75))
                   or any(s.startswith(w) for s in said if len(w) >= 3) for w in words)
-    return matched >= 0.6 * len(words) or (len(words) >= 3 and len(words) - matched <= 1)
+    missed = len(words) - matched
+    return matched >= 0.6 * len(words) or (len(words) >= 3 and missed <= 1) or \
+        (len(words) >= 6 and missed <= 2)
 
 
 class Playback(Protocol):
@@ -332,9 +344,9 @@ class Listener:
         words = "" if barge.judge.cancelled() or barge.judge.exception() else barge.judge.result()
         turn = self._conversation().interruptible_turn()
         if turn is None:
-            real = bool(words.strip())  # the agent finished meanwhile: an ordinary utterance
+            real = not no_words(words)  # the agent finished meanwhile: an ordinary utterance
         else:
-            real = bool(words.strip()) and not is_backchannel(words) and \
+            real = not no_words(words) and not is_backchannel(words) and \
                 not is_echo(words, barge.agent_said)
         if not real:
             log.debug("not a barge-in: %r", words)

@@ -140,10 +140,10 @@ function wire(client) {
   on("transport", ({ mode, reason }) => {
     setTransport(mode);
     if (mode === "websocket" && reason) {
-      showNotice("webrtc-blocked", "WebRTC is blocked here.",
-        "This network or browser does not let WebRTC through, so audio goes over the " +
-        "WebSocket instead: it works, a little slower to answer, and talking over the agent " +
-        "stops it only once you finish the sentence.", { autoHideMs: 12000 });
+      showNotice("webrtc-blocked", "WebRTC could not connect.",
+        "This network or browser blocks WebRTC (or the server has none), so audio goes over " +
+        "the WebSocket instead: it works, a little slower to answer, and talking over the " +
+        "agent stops it only once you finish the sentence.", { autoHideMs: 12000 });
     }
   });
   on("reconnected", ({ historyRecovered }) => addTimeline("info",

@@ -147,7 +147,7 @@ async def open_page(server: FakeVoiceServer, browser) -> AsyncIterator:
 
     async def _open(url: str, *, mic: bool = True, mobile: bool = False):
         context = await browser.new_context(
-            viewport={"width": 390, "height": 844} if mobile else {"width": 1200, "height": 760},
+            viewport={"width": 390, "height": 844} if mobile else {"width": 1280, "height": 760},
             device_scale_factor=1, permissions=["microphone"] if mic else [])
         contexts.append(context)
         page = await context.new_page()
@@ -312,6 +312,21 @@ async def test_talk_fallback_sends_wav_utterance(server: FakeVoiceServer, open_p
     assert errors == []
 
 
+async def test_webrtc_that_cannot_connect_falls_back_and_says_so(server: FakeVoiceServer,
+                                                                  open_page) -> None:
+    """The fake server refuses WebRTC (WEBRTC_UNAVAILABLE): the page connects over the
+    WebSocket and tells the user why, and what it means (issue 22, item 4)."""
+    page, errors = await open_page(server.url)
+    await asyncio.wait_for(server.sockets.get(), TIMEOUT)
+    await wait_state(page, "connected")
+    notice = page.locator("#notice[data-kind='webrtc-blocked']")
+    await notice.wait_for(state="visible", timeout=TIMEOUT * 1000)
+    text = await notice.inner_text()
+    assert "WebRTC could not connect" in text and "WebSocket" in text, text
+    assert await page.locator("#transport").inner_text() == "WebSocket"
+    assert errors == []
+
+
 async def test_mic_denied_message(server: FakeVoiceServer, open_page) -> None:
     """A refused microphone permission shows the "microphone blocked" message."""
     page, errors = await open_page(server.url, mic=False)
@@ -383,7 +398,7 @@ async def axe_violations(page) -> list[dict]:
 @pytest.mark.parametrize("mobile,scheme", [(False, "light"), (True, "light"), (False, "dark")])
 async def test_accessibility_scan(server: FakeVoiceServer, open_page, mobile, scheme) -> None:
     """Issue 22, item 6: an axe-core scan of the page in use (bubbles, an interrupted reply,
-    the timeline, a notice) has no serious or critical violation (contrast included), at 1200
+    the timeline, a notice) has no serious or critical violation (contrast included), at 1280
     and 390 px, in the light and the dark colour scheme."""
     page, errors = await open_page(server.url, mobile=mobile)
     await page.emulate_media(color_scheme=scheme)
@@ -405,7 +420,7 @@ async def test_accessibility_scan(server: FakeVoiceServer, open_page, mobile, sc
     violations = await axe_violations(page)
     serious = [v for v in violations if v["impact"] in ("serious", "critical")]
     assert serious == [], serious
-    await page.screenshot(path=shot_path(f"page-a11y-{'390' if mobile else '1200'}-{scheme}.png"))
+    await page.screenshot(path=shot_path(f"page-a11y-{'390' if mobile else '1280'}-{scheme}.png"))
     assert errors == []
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import wave
 from collections.abc import AsyncIterator
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from aiohttp import web
 
 from tests.support.netns import only_loopback
 
@@ -89,3 +91,21 @@ def embed_example(port: int) -> str:
     html = section.split("```html\n", 1)[1].split("```", 1)[0]
     assert html.count("127.0.0.1:8787") == 2
     return html.replace("127.0.0.1:8787", f"127.0.0.1:{port}")
+
+
+@contextlib.asynccontextmanager
+async def serve_html(html: str, host: str = "127.0.0.1") -> AsyncIterator[str]:
+    """One page served from another origin (a free port on ``host``); yields its URL."""
+    async def page(request: web.Request) -> web.Response:
+        return web.Response(text=html, content_type="text/html")
+
+    app = web.Application()
+    app.router.add_get("/", page)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, 0)
+        await site.start()
+        yield f"http://{host}:{site._server.sockets[0].getsockname()[1]}/"  # type: ignore[union-attr]
+    finally:
+        await runner.cleanup()

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 from playwright.async_api import async_playwright
 
 from tests.conftest import scaled
@@ -20,6 +19,7 @@ from tests.web.conftest import (
     needs_chromium,
     needs_netns,
     screenshot_path,
+    serve_html,
 )
 from voice_server.server.app import VoiceServer
 
@@ -132,26 +132,14 @@ async def test_embed_example_talks_with_the_server(voice_server, web_llm, make_s
     """The docs' embedding example, served from another origin, talks to the real server."""
     web_llm.add("Berlin is the capital of Germany.")
     mic = mic_file(tmp_path, make_speech, ("What is the capital of Germany?", 1.5, 2.0))
-    html = embed_example(voice_server.port)
-
-    async def handler(request: web.Request) -> web.Response:
-        return web.Response(text=html, content_type="text/html")
-
-    app = web.Application()
-    app.router.add_get("/", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
+    async with serve_html(embed_example(voice_server.port)) as page_url:
         async with async_playwright() as pw:
             browser = await launch_chromium(pw, mic, loop=False)
             try:
                 page = await (await browser.new_context()).new_page()
                 errors: list[str] = []
                 page.on("pageerror", lambda exc: errors.append(str(exc)))
-                await page.goto(f"http://127.0.0.1:{port}/")
+                await page.goto(page_url)
                 await page.click("#talk")
                 await page.wait_for_function(
                     "document.getElementById('agent').textContent"
@@ -161,8 +149,6 @@ async def test_embed_example_talks_with_the_server(voice_server, web_llm, make_s
                 assert errors == []
             finally:
                 await browser.close()
-    finally:
-        await runner.cleanup()
 
 
 async def test_websocket_fallback_talks_with_the_server(voice_server, web_llm, make_speech,

@@ -14,26 +14,18 @@ import socket
 import wave
 
 import pytest
-from aiohttp import web
 from playwright.async_api import async_playwright
 
 from tests.conftest import scaled
-from tests.web.conftest import embed_example, launch_chromium, needs_chromium, needs_netns
+from tests.web.conftest import (
+    embed_example,
+    launch_chromium,
+    needs_chromium,
+    needs_netns,
+    serve_html,
+)
 
 pytestmark = [needs_chromium, needs_netns, pytest.mark.slow]
-
-
-async def _serve(html: str, host: str) -> tuple[web.AppRunner, int]:
-    async def page(request: web.Request) -> web.Response:
-        return web.Response(text=html, content_type="text/html")
-
-    app = web.Application()
-    app.router.add_get("/", page)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, host, 0)
-    await site.start()
-    return runner, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
 
 async def _problem_after_talk(url: str, tmp_path) -> str:
@@ -62,14 +54,12 @@ async def _problem_after_talk(url: str, tmp_path) -> str:
 async def test_a_refused_origin_is_explained_on_the_page_and_in_the_log(voice_server, tmp_path,
                                                                        caplog) -> None:
     caplog.set_level(logging.WARNING, logger="voice_server.server.http")
-    runner, port = await _serve(embed_example(voice_server.port), "127.0.0.2")
-    try:
-        problem = await _problem_after_talk(f"http://127.0.0.2:{port}/", tmp_path)
-    finally:
-        await runner.cleanup()
+    async with serve_html(embed_example(voice_server.port), "127.0.0.2") as page_url:
+        problem = await _problem_after_talk(page_url, tmp_path)
+    origin = page_url.rstrip("/")
     assert "does not allow this site" in problem and "allowed_origins" in problem, problem
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert any(f"http://127.0.0.2:{port}" in w and "allowed_origins" in w for w in warnings), \
+    assert any(origin in w and "allowed_origins" in w for w in warnings), \
         warnings
 
 
@@ -81,9 +71,6 @@ async def test_a_server_that_is_down_is_unreachable(voice_server, tmp_path) -> N
         dead = probe.getsockname()[1]
     html = embed_example(voice_server.port).replace(
         f"ws://127.0.0.1:{voice_server.port}/ws", f"ws://127.0.0.1:{dead}/ws")
-    runner, port = await _serve(html, "127.0.0.1")
-    try:
-        problem = await _problem_after_talk(f"http://127.0.0.1:{port}/", tmp_path)
-    finally:
-        await runner.cleanup()
+    async with serve_html(html) as page_url:
+        problem = await _problem_after_talk(page_url, tmp_path)
     assert problem == "The voice server is unreachable.", problem

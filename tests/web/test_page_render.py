@@ -23,7 +23,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import WSMsgType, web
 
-from tests.web.conftest import embed_example
+from tests.web.conftest import embed_example, serve_html
 
 ROOT = Path(__file__).resolve().parents[2]
 WEB = ROOT / "web_client"
@@ -347,21 +347,11 @@ async def test_embed_example_from_another_origin(server: FakeVoiceServer, open_p
     lines = html.strip().splitlines()
     assert len(lines) <= 20, "the example stays short"
 
-    async def page_handler(request: web.Request) -> web.Response:
-        return web.Response(text=html, content_type="text/html")
-
-    app = web.Application()
-    app.router.add_get("/", page_handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    other = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        page, errors = await open_page(f"http://127.0.0.1:{other}/")
+    async with serve_html(html) as page_url:
+        page, errors = await open_page(page_url)
         await page.click("#talk")
         ws, _ = await asyncio.wait_for(server.sockets.get(), TIMEOUT)
-        assert server.origins == [f"http://127.0.0.1:{other}"]
+        assert server.origins == [page_url.rstrip("/")]
         await page.wait_for_function("document.getElementById('state').textContent"
                                      " === 'connected'", timeout=TIMEOUT * 1000)
         for m in [{"type": "speech-start"}, {"type": "speech-end"},
@@ -375,8 +365,6 @@ async def test_embed_example_from_another_origin(server: FakeVoiceServer, open_p
                                      " === 'Hi, how can I help?'", timeout=TIMEOUT * 1000)
         assert await page.locator("#you").inner_text() == "You: Hello there"
         assert errors == []
-    finally:
-        await runner.cleanup()
 
 
 AXE_SCRIPT = Path(__import__("axe_playwright_python").__file__).with_name("axe.min.js")

@@ -37,6 +37,7 @@ from ..protocol import Message, SpeechEnd, SpeechStart, Transcript
 
 if TYPE_CHECKING:
     from ..config import Settings
+    from ..pipeline.turn import Turn
     from .conversation import Conversation, Transcriber
 
 __all__ = ["Listener", "Playback", "TurnModel", "is_backchannel"]
@@ -296,12 +297,17 @@ class Listener:
             self._barge = _BargeIn(record, turn.spoken_text(), time.monotonic())
             self._record = record
             return
+        self._record = record
+        await self._user_speaks(turn, time.monotonic())
+
+    async def _user_speaks(self, turn: Turn | None, detected: float) -> None:
+        """The user has the floor: ``speech-start``, and the agent's turn (if it is still
+        talking) is cut; ``detected`` is when the interrupting speech counted."""
         await self._send(SpeechStart())
         if turn is not None:
-            turn.record.barge_in_detected = time.monotonic()
+            turn.record.barge_in_detected = detected
             await self._conversation().interrupt()
         self._playback.resume()
-        self._record = record
         self._last_interim = time.monotonic()
 
     async def _judge_barge_in(self) -> None:
@@ -356,12 +362,7 @@ class Listener:
         log.debug("barge-in: %r", words)
         if self._barge is barge:
             self._barge = None
-        await self._send(SpeechStart())
-        if turn is not None:
-            turn.record.barge_in_detected = barge.detected
-            await self._conversation().interrupt()
-        self._playback.resume()
-        self._last_interim = time.monotonic()
+        await self._user_speaks(turn, barge.detected)
         return True
 
     # ---- interim transcripts ---------------------------------------------------------------

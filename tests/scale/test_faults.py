@@ -140,8 +140,7 @@ async def test_redis_down_degrades_and_recovers(pair, redis_proc, scale_llm, con
         await next_turn_works(fresh, scale_llm, wav)
         async with asyncio.timeout(scaled(5)):  # its next turn goes straight to Redis
             while (seen := await b.sessions._load(fresh.ready["id"])) is None \
-                    or len(seen.history) < 4:  # noqa: ASYNC110 (None: B's first try after
-                # the restart may meet a stale pooled connection)
+                    or len(seen.history) < 4:  # noqa: ASYNC110
                 await asyncio.sleep(0.02)
         async with connect(a) as after:  # new sessions go to Redis again
             assert after.ready["id"] in a.sessions._owned

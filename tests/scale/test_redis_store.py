@@ -122,3 +122,41 @@ async def test_the_redis_connection_pool_is_bounded(redis_proc):
             assert 1 <= len(ours) <= 4, ours
         finally:
             await raw.aclose()
+
+
+async def test_a_redis_restart_loses_no_write(redis_proc):
+    """A CI run lost a turn: Redis had restarted, the store's pooled connections were closed,
+    the first write on one failed, and closing the connection forgot the unwritten turn.
+    Now a closed pooled connection is replaced and the command sent again, a session Redis
+    lost (restarted empty) is written back in full, and a release writes back first."""
+    user = [{"role": "user", "content": "one"}, {"role": "assistant", "content": "two"}]
+    more = [{"role": "user", "content": "three"}, {"role": "assistant", "content": "four"}]
+    async with RedisSessionStore(redis_proc.url, ttl_s=60, probe_every_s=60, heartbeat_s=240,
+                                 lease_s=180) as a, \
+            RedisSessionStore(redis_proc.url, ttl_s=60) as b:  # a probes when the test says
+        session = await a.create()
+        await a.append_history(session, user)
+        await asyncio.gather(*(a.get(f"warm-{i}") for i in range(8)))  # several pooled
+        await redis_proc.stop()
+        await redis_proc.start()  # no persistence: empty, every pooled connection closed
+        await a.append_history(session, more)
+        assert session.id not in a._dirty, "a closed pooled connection is not an outage"
+        assert await b._load(session.id) is None  # Redis lost the session's hash and lease
+        await a.probe()  # finds its lease gone: the session is written in full
+        seen = await b._load(session.id)
+        assert seen is not None
+        assert [m["content"] for m in seen.history] == ["one", "two", "three", "four"]
+
+        # a write Redis did not take is written back when the session is let go
+        other = await a.create()
+        await redis_proc.stop()
+        await a.append_history(other, user)
+        assert a.degraded
+        await a.release(other.id)  # Redis is away: kept until it is written back
+        assert other.id in a._owned
+        await redis_proc.start()
+        await a.probe()
+        assert not a.degraded and other.id not in a._owned
+        seen = await b._load(other.id)
+        assert seen is not None and [m["content"] for m in seen.history] == ["one", "two"]
+        assert not a._dirty

@@ -35,6 +35,7 @@ from typing import Any
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from ..metrics import session_tag
@@ -75,11 +76,13 @@ class RedisSessionStore:
         # Called with a session id when another instance claims a session this one owns.
         self.on_release: Callable[[str], Awaitable[None]] | None = None
         # a bounded pool: a burst of sessions waits up to 2 s for a connection instead of
-        # opening thousands of them against Redis
+        # opening thousands of them against Redis. A command that finds its pooled connection
+        # closed (Redis restarted) is sent once more on a new one; a timeout is not retried.
         pool = BlockingConnectionPool.from_url(
             url, max_connections=max_connections, timeout=2.0, decode_responses=True,
             client_name=f"voice_server-{self.instance_id}",  # CLIENT LIST names us
-            socket_timeout=2.0, socket_connect_timeout=2.0, retry=Retry(NoBackoff(), 0),
+            socket_timeout=2.0, socket_connect_timeout=2.0,
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
             health_check_interval=0)
         self._redis = Redis.from_pool(pool)  # closing the client closes the pool
         self._release_lua = self._redis.register_script(_RELEASE)
@@ -142,6 +145,9 @@ class RedisSessionStore:
         self._tasks = []
         for session_id in list(self._owned):
             await self.release(session_id)
+        if self._dirty:
+            log.warning("%d session(s) not written back: redis unreachable at shutdown",
+                        len(self._dirty))
         with contextlib.suppress(RedisError):  # a clean stop: no one waits for our heartbeat
             await self._redis.delete(self._alive_key(self.instance_id))
         await self._memory.aclose()
@@ -183,6 +189,7 @@ class RedisSessionStore:
     async def claim(self, session_id: str) -> Session | None:
         """Own the session (asking its current owner to let go) and return it fresh."""
         if session_id in self._owned:
+            self._unheld.discard(session_id)  # connected again before its write-back
             return self._owned[session_id]
         local = await self._memory.get(session_id)
         if local is not None:
@@ -203,7 +210,16 @@ class RedisSessionStore:
         return session
 
     async def release(self, session_id: str) -> None:
-        """Give up ownership (the session stays in Redis for its TTL)."""
+        """Give up ownership (the session stays in Redis for its TTL). A session with writes
+        Redis has not seen is written back first; while Redis is away it is kept, and let go
+        once the probe has written it back."""
+        if session_id in self._dirty and session_id in self._owned:
+            try:
+                await self._write_back(session_id)
+            except RedisError as exc:
+                self._mark_down(exc)
+                self._unheld.add(session_id)
+                return
         self._owned.pop(session_id, None)
         self._dirty.discard(session_id)
         self._unheld.discard(session_id)
@@ -321,23 +337,27 @@ class RedisSessionStore:
                               px=int(self.heartbeat_s * 1000))
 
     async def _probe_loop(self) -> None:
-        """Beat; renew owned leases; write back local copies once Redis returns."""
         while True:
             await asyncio.sleep(min(self.probe_every_s, self.heartbeat_s / 4, self.lease_s / 3))
-            try:
-                await self._beat()
-            except RedisError as exc:
-                self._mark_down(exc)
-                continue
-            if self.degraded:
-                log.info("redis session store reachable again")
-                self.degraded = False
-                self._adopt_fallbacks()
-            try:
-                await self._flush_dirty()
-                await self._renew_leases()
-            except RedisError as exc:
-                self._mark_down(exc)
+            await self.probe()
+
+    async def probe(self) -> None:
+        """Beat; renew owned leases; write back local copies once Redis returns (what the
+        store does every ``probe_every_s``; never raises)."""
+        try:
+            await self._beat()
+        except RedisError as exc:
+            self._mark_down(exc)
+            return
+        if self.degraded:
+            log.info("redis session store reachable again")
+            self.degraded = False
+            self._adopt_fallbacks()
+        try:
+            await self._renew_leases()
+            await self._flush_dirty()
+        except RedisError as exc:
+            self._mark_down(exc)
 
     async def _renew_leases(self) -> None:
         lease_ms = int(self.lease_s * 1000)
@@ -345,10 +365,13 @@ class RedisSessionStore:
             key = self._k("lease", session_id)
             if await self._renew_lua(keys=[key], args=[self.instance_id, lease_ms]):
                 continue
-            # expired while Redis was away: take it back unless someone else did
-            if not await self._redis.set(key, self.instance_id, nx=True, px=lease_ms):
-                log.warning("session %s: lease lost to another instance", session_tag(session_id))
-                await self._let_go(session_id)
+            # expired while Redis was away, or Redis restarted empty: take it back unless
+            # someone else did, and write the session in full (Redis may have lost it)
+            if await self._redis.set(key, self.instance_id, nx=True, px=lease_ms):
+                self._dirty.add(session_id)
+                continue
+            log.warning("session %s: lease lost to another instance", session_tag(session_id))
+            await self._let_go(session_id)
 
     def _adopt_fallbacks(self) -> None:
         """Sessions created in memory during the outage become this instance's, to be written
@@ -361,21 +384,24 @@ class RedisSessionStore:
 
     async def _flush_dirty(self) -> None:
         for session_id in list(self._dirty):
-            session = self._owned.get(session_id)
-            if session is None:
+            if session_id not in self._owned:
                 self._dirty.discard(session_id)
                 continue
-            async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.delete(self._k("h", session_id))
-                if session.history:
-                    pipe.rpush(self._k("h", session_id),
-                               *[json.dumps(m) for m in session.history])
-                pipe.hset(self._k("s", session_id), mapping=self._fields(session))
-                self._expire(pipe, session)
-                await pipe.execute()
-            self._dirty.discard(session_id)  # only once written: an outage retries it
+            await self._write_back(session_id)
             if session_id in self._unheld:
                 await self.release(session_id)
+
+    async def _write_back(self, session_id: str) -> None:
+        """Write an owned session in full (raises ``RedisError``: it stays dirty)."""
+        session = self._owned[session_id]
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.delete(self._k("h", session_id))
+            if session.history:
+                pipe.rpush(self._k("h", session_id), *[json.dumps(m) for m in session.history])
+            pipe.hset(self._k("s", session_id), mapping=self._fields(session))
+            self._expire(pipe, session)
+            await pipe.execute()
+        self._dirty.discard(session_id)  # only once written: an outage retries it
 
     async def _let_go(self, session_id: str) -> None:
         if session_id in self._owned and self.on_release is not None:

@@ -12,6 +12,7 @@ import pytest
 from playwright.async_api import async_playwright
 
 from tests.conftest import scaled
+from tests.support.fake_openai import Reply
 from tests.web.conftest import (
     embed_example,
     launch_chromium,
@@ -122,6 +123,50 @@ async def test_barge_in_marks_the_reply_interrupted(voice_server, web_llm, make_
             users = await page.locator(".bubble.user").all_inner_texts()
             assert "germany" in words(users[-1]), users
             await page.screenshot(path=screenshot_path("page-barge-in.png"))
+            assert page.errors == []
+        finally:
+            await browser.close()
+
+
+async def test_interrupting_before_the_first_audio_closes_the_turn(voice_server, web_llm,
+                                                                 make_speech, tmp_path) -> None:
+    """Issue 22, item 1: the user speaks again while the answer is still streaming as text and
+    none of it has been spoken. The half-written bubble must not stay open ("I'm▍" forever):
+    it ends as the text so far, marked interrupted, and the new question gets its answer."""
+    slow = Reply(text="Let me think about that question for a little while longer now.",
+                 chunk_delay_s=0.6)
+    web_llm.add(slow, "Berlin is the capital of Germany.")
+    mic = mic_file(tmp_path, make_speech, ("What is the capital of France?", 1.5, 1.2),
+                   ("And what about Germany?", 0.0, 3.0))
+    async with async_playwright() as pw:
+        browser, page = await open_page(pw, voice_server, mic)
+        try:
+            await page.evaluate("""() => {
+              window.voiceLog = [];
+              window.voiceApp.client.addEventListener("message", (e) =>
+                window.voiceLog.push([e.detail.type, e.detail.text || ""]));
+            }""")
+            await page.click("#talk")
+            try:
+                await page.wait_for_function(
+                    "document.querySelectorAll('.bubble.agent.done').length >= 2",
+                    timeout=scaled(60) * 1000)
+            except Exception as exc:
+                log = await page.evaluate("window.voiceLog")
+                raise AssertionError(f"the turns did not both close; events: {log}") from exc
+            log = [t for t, _ in await page.evaluate("window.voiceLog")]
+            first_end = log.index("tts-cancelled") if "tts-cancelled" in log else log.index("llm")
+            assert "llm-chunk" in log[:first_end] and "tts-start" not in log[:first_end], log
+            agents = page.locator(".bubble.agent")
+            first, second = agents.nth(0), agents.nth(1)
+            classes = (await first.get_attribute("class") or "").split()
+            assert "streaming" not in classes and "speaking" not in classes, classes
+            assert "interrupted" in classes, classes
+            said = await first.locator(".text").inner_text()
+            assert said and slow.text.startswith(said.rstrip("…")), said
+            assert await second.locator(".text").inner_text() == "Berlin is the capital of Germany."
+            assert await page.locator(".bubble.agent.streaming").count() == 0
+            await page.screenshot(path=screenshot_path("page-interrupt-before-audio.png"))
             assert page.errors == []
         finally:
             await browser.close()

@@ -488,3 +488,54 @@ async def test_the_page_shows_what_the_conversation_is_doing(server: FakeVoiceSe
     assert await page.locator(".bubble.agent.thinking").count() == 0
     assert await page.locator(".bubble.agent").count() == 1
     assert errors == []
+
+
+FOCUSED = """() => {
+  const e = document.activeElement, s = getComputedStyle(e);
+  return {id: e.id || e.tagName.toLowerCase(), outline: s.outlineStyle,
+          width: parseFloat(s.outlineWidth) || 0, visible: e.matches(':focus-visible')};
+}"""
+
+
+async def test_the_page_works_from_the_keyboard(server: FakeVoiceServer, open_page) -> None:
+    """Issue 22, item 6: Tab walks the controls in reading order, each with a visible focus
+    ring (at least 2 px); Space switches Talk on and off; Enter in the text box sends the
+    message (`user-text`); Enter on a notice's close button dismisses it."""
+    page, errors = await open_page(server.url)
+    await asyncio.wait_for(server.sockets.get(), TIMEOUT)
+    await wait_state(page, "connected")
+    notice = page.locator("#notice[data-kind='webrtc-blocked']")
+    await notice.wait_for(state="visible", timeout=TIMEOUT * 1000)
+    await page.locator("body").click(position={"x": 5, "y": 300})  # focus starts on the page
+    walked = []
+    for _ in range(12):
+        await page.keyboard.press("Tab")
+        walked.append(await page.evaluate(FOCUSED))
+        if walked[-1]["id"] == "send":
+            break
+    assert [w["id"] for w in walked] == ["new-chat", "notice-close", "summary", "talk",
+                                         "typed", "send"], walked
+    for w in walked:
+        assert w["visible"] and w["outline"] not in ("none", "") and w["width"] >= 2, w
+
+    await page.focus("#talk")
+    await page.keyboard.press("Space")
+    await page.wait_for_selector("#talk[aria-pressed='true']", timeout=TIMEOUT * 1000)
+    await page.keyboard.press("Space")
+    await page.wait_for_selector("#talk[aria-pressed='false']", timeout=TIMEOUT * 1000)
+
+    await page.keyboard.press("Tab")  # to the text box
+    await page.keyboard.type("Is the shop open on Sunday?")
+    await page.keyboard.press("Enter")
+    async with asyncio.timeout(TIMEOUT):
+        while not any(m.get("type") == "user-text" for m in server.received):  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+    sent = [m for m in server.received if m["type"] == "user-text"]
+    assert sent == [{"type": "user-text", "text": "Is the shop open on Sunday?"}]
+    assert await page.input_value("#typed") == ""
+
+    await page.focus("#notice-close")
+    await page.keyboard.press("Enter")
+    await notice.wait_for(state="hidden", timeout=TIMEOUT * 1000)
+    await page.screenshot(path=shot_path("page-keyboard.png"))
+    assert errors == []

@@ -229,6 +229,21 @@ class Settings(BaseSettings):
         description='text sidecars to start with the server, as JSON: {"broker": {"port": 8790, '
                     '"http_port": 8791}, "host": {"port": 8792}}')
 
+    # phone calls (Twilio Media Streams; docs/phone.md)
+    phone_port: int | None = Field(None, ge=0, le=65535, description="port of the phone "
+                                   "endpoints (Twilio voice webhook /twilio/voice, media "
+                                   "stream /twilio/media); unset: no phone calls")
+    phone_public_url: str | None = Field(None, description="the public https:// URL Twilio "
+                                         "reaches the phone port at (a tunnel or proxy); "
+                                         "default: the webhook request's Host and "
+                                         "X-Forwarded-Proto")
+    twilio_auth_token: str | None = Field(None, description="the Twilio account's auth token: "
+                                          "when set, requests without a valid "
+                                          "X-Twilio-Signature are refused")
+    phone_playbook: str | None = Field(None, description="playbook for phone calls (default: "
+                                       "default_playbook; ?playbook=ID on the webhook URL "
+                                       "wins)")
+
     # runtime
     compute_workers: int = Field(2, ge=1, description="STT and TTS jobs run at once (the local "
                                  "LLM has its own thread); more wait, the urgent ones first")

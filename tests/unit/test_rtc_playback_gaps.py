@@ -8,7 +8,8 @@ import asyncio
 import numpy as np
 
 from voice_server.pipeline.speech import HeldOutput
-from voice_server.server.rtc_audio import RATE, OutboundAudioTrack, RtcSpeechOutput
+from voice_server.server.playout import PlayoutSpeechOutput
+from voice_server.server.rtc_audio import RATE, OutboundAudioTrack
 
 
 async def _pump(track: OutboundAudioTrack, stop: asyncio.Event) -> None:
@@ -22,7 +23,7 @@ async def _emit(_message) -> None:
 
 async def test_a_piece_queued_after_the_last_one_ended_is_a_gap() -> None:
     track = OutboundAudioTrack()
-    output = RtcSpeechOutput(track, _emit)
+    output = PlayoutSpeechOutput(track, _emit)
     stop = asyncio.Event()
     pump = asyncio.create_task(_pump(track, stop))
     piece = np.full(RATE // 25, 1000, dtype=np.int16)  # 40 ms at 48 kHz
@@ -41,6 +42,6 @@ async def test_a_piece_queued_after_the_last_one_ended_is_a_gap() -> None:
 
 
 async def test_a_held_answer_reports_its_inner_gaps() -> None:
-    inner = RtcSpeechOutput(OutboundAudioTrack(), _emit)
+    inner = PlayoutSpeechOutput(OutboundAudioTrack(), _emit)
     inner.gaps_ms.append(120.0)
     assert HeldOutput(inner, _emit).gaps_ms == [120.0]

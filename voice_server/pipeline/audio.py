@@ -17,6 +17,7 @@ import numpy as np
 __all__ = [
     "STT_RATE",
     "AudioFormatError",
+    "MulawCodec",
     "Resampler",
     "decode_base64_wav",
     "decode_wav",
@@ -56,6 +57,37 @@ class Resampler:
     def flush(self) -> np.ndarray:
         out = [f.to_ndarray().reshape(-1) for f in self._resampler.resample(None)]
         return np.concatenate(out) if out else np.zeros(0, dtype=np.int16)
+
+
+class MulawCodec:
+    """G.711 mu-law <-> int16 PCM (the telephone's 8 kHz audio) with FFmpeg's ``pcm_mulaw``
+    codec through PyAV; one per direction of a call (the codec contexts keep no state between
+    frames, but are not shared between threads)."""
+
+    def __init__(self, rate: int = 8000) -> None:
+        self.rate = rate
+        self._decoder = av.CodecContext.create("pcm_mulaw", "r")
+        self._decoder.sample_rate = rate
+        self._decoder.layout = "mono"
+        self._encoder = av.CodecContext.create("pcm_mulaw", "w")
+        self._encoder.sample_rate = rate
+        self._encoder.format = "s16"
+        self._encoder.layout = "mono"
+
+    def decode(self, data: bytes) -> np.ndarray:
+        if not data:
+            return np.zeros(0, dtype=np.int16)
+        frames = self._decoder.decode(av.Packet(data))
+        return np.concatenate([f.to_ndarray().reshape(-1) for f in frames]).astype(np.int16)
+
+    def encode(self, pcm: np.ndarray) -> bytes:
+        if not len(pcm):
+            return b""
+        frame = av.AudioFrame.from_ndarray(
+            np.ascontiguousarray(pcm, dtype=np.int16).reshape(1, -1), format="s16",
+            layout="mono")
+        frame.sample_rate = self.rate
+        return b"".join(bytes(p) for p in self._encoder.encode(frame))
 
 
 def resample(pcm: np.ndarray, rate: int, to_rate: int, channels: int = 1) -> np.ndarray:

@@ -350,7 +350,8 @@ class Turn:
         """Decide what enters history: the user turn, tool steps, and what was heard."""
         full = "".join(self._text).strip()
         said = self._output.heard.text() if self.record.interrupted else full
-        committed = [self.ctx.user_message, *self.ctx.pending]
+        committed = [*([self.ctx.user_message] if self.ctx.user_message else []),
+                     *self.ctx.pending]  # a greeting has no user message
         if said or full:
             entry: dict[str, Any] = {"role": "assistant", "content": said}
             if self.record.interrupted:

@@ -234,6 +234,8 @@ class Playbook(_Model):
     description: str = ""
     version: int | str | None = None
     initial_stage: Name
+    greeting: str | None = Field(None, max_length=500, description="what the agent says when a "
+                                 "phone call connects, before the caller speaks")
     globals: Globals = Field(default_factory=Globals)
     intents: dict[Name, str] = Field(default_factory=dict, description="intent name -> what it "
                                      "means; used by `intent` conditions")

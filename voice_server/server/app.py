@@ -91,6 +91,7 @@ class VoiceServer:
         self.playbooks = PlaybookRegistry(folder) if folder.is_dir() else None
         self._playbook_responders: dict[tuple[str, int], PlaybookResponder] = {}
         self.sidecars: dict[str, dict[str, str]] = {}
+        self.phone: Any = None  # PhoneEndpoint when phone_port is set
         self._stack = contextlib.AsyncExitStack()
         self._server: Server | None = None
         self._started = time.monotonic()
@@ -123,6 +124,10 @@ class VoiceServer:
             self.sidecars = await self._stack.enter_async_context(
                 launch_sidecars(self.router, self.settings.sidecars))
             log.info("sidecars: %s", self.sidecars)
+        if self.settings.phone_port is not None:
+            from .phone import PhoneEndpoint  # noqa: PLC0415 - only when configured
+
+            self.phone = await self._stack.enter_async_context(PhoneEndpoint(self))
         self._server = await serve(
             self._handle, self.settings.host, self.settings.port,
             process_request=self.routes, max_size=self._frame_limit(),
@@ -262,7 +267,7 @@ class VoiceServer:
         if previous is not None and previous is not conn and previous.conversation is not None:
             await previous.conversation.interrupt()
             previous.conversation.session = None
-            await previous.ws.close(4000, "session resumed on another connection")
+            await previous.cut(4000, "session resumed on another connection")
 
     def record_turn(self, record: TurnRecord) -> None:
         """Count a finished turn; keep it among ``last_turns`` when it got as far as a
@@ -300,6 +305,14 @@ class VoiceServer:
                 model=s.llm_model, temperature=s.llm_temperature, max_tokens=s.llm_max_tokens)
             self._playbook_responders[key] = responder
         return responder
+
+    def greeting_for(self, session: Session) -> str | None:
+        """The session's playbook's ``greeting`` (the agent speaks first on a call)."""
+        playbook_id = session.meta.get("playbook")
+        if not playbook_id or not self.playbook_known(playbook_id):
+            return None
+        assert self.playbooks is not None
+        return self.playbooks.get(playbook_id).greeting
 
     async def _list_playbooks(self, request: Any) -> Any:
         from http import HTTPStatus
@@ -350,6 +363,8 @@ class VoiceServer:
             "stores": {"sessions": store},
             "webrtc": True,
             "sidecars": self.sidecars,
+            "phone": {"port": self.phone.port, "signed": bool(self.settings.twilio_auth_token)}
+            if self.phone is not None else None,
             "connections": len(self.live),
         }
 

@@ -235,6 +235,10 @@ class Connection:
     async def shutdown(self, code: int, reason: str) -> None:
         """Stop, persist and release the session, then close the socket with ``code``."""
         await self.close()
+        await self.cut(code, reason)
+
+    async def cut(self, code: int, reason: str) -> None:
+        """Close the socket (another connection took the session over)."""
         await self.ws.close(code, reason)
 
     # ---- inbound --------------------------------------------------------------------------

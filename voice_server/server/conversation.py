@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -171,6 +171,28 @@ class Conversation:
 
         await self.start_utterance(np.zeros(0, dtype=np.int16), output, transcript=typed())
 
+    async def greet(self, text: str, output: SpeechOutput) -> None:
+        """The agent speaks first (a playbook's ``greeting`` when a call connects): a turn
+        without a user message, spoken and cut by a barge-in like an answer, its heard words
+        kept in the history as the assistant's."""
+        await self.interrupt()
+        session = self.session
+        assert session is not None
+        self._job = asyncio.create_task(self._say(session, text, output),
+                                        name=f"greeting-{session_tag(session.id)}")
+
+    async def _say(self, session: Session, text: str, output: SpeechOutput) -> None:
+        services = self.services
+        ctx = TurnContext(history=session.history, emit=self._send, user_message={},
+                          state=session.state)
+        turn = Turn(ctx=ctx, responder=_Saying(text), tts=services.tts, output=output,
+                    record=TurnRecord(session_id=session.id), chunker=services.new_chunker,
+                    guard=services.new_guard)
+        self._turn, self._turn_job = turn, asyncio.current_task()
+        turn.start()
+        await turn.wait()
+        await services.sessions.append_history(session, turn.committed)
+
     async def _answer(self, session: Session, pcm: np.ndarray, output: SpeechOutput,
                       record: TurnRecord, attachments: list[VisionAttachment],
                       transcript: Awaitable[str] | None, send: Send) -> None:
@@ -210,6 +232,22 @@ class Conversation:
         self._attachments.clear()
         self.services.input_budget.give_back(self._attachment_bytes)
         self._attachment_bytes = 0
+
+
+class _Saying:
+    """A ``Responder`` that says a given text (a greeting)."""
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+
+    async def respond(self, ctx: TurnContext) -> AsyncIterator[str]:
+        yield self._text
+
+    def interruptible(self, state: dict[str, Any]) -> bool:
+        return True
+
+    def turn_taking(self, state: dict[str, Any]) -> dict[str, Any]:
+        return {}
 
 
 def _turn_metrics(record: TurnRecord) -> TurnMetrics:

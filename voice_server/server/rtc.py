@@ -31,7 +31,8 @@ from ..protocol import (
 )
 from .ice_policy import CandidatePolicy, filter_offer_candidates
 from .listening import Listener, TurnModel
-from .rtc_audio import OutboundAudioTrack, RtcSpeechOutput
+from .playout import PlayoutSpeechOutput
+from .rtc_audio import OutboundAudioTrack
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -145,12 +146,12 @@ class RtcPeer:
         clock for both."""
         await self._conn.handle_raw(data)
 
-    def speech_output(self) -> RtcSpeechOutput | None:
+    def speech_output(self) -> PlayoutSpeechOutput | None:
         """Where a turn not started by voice (typed) is spoken: the outbound track, once the
         client receives it."""
         if not self._outbound_added or self.pc.connectionState != "connected":
             return None
-        return RtcSpeechOutput(self.outbound, self._conn.send)
+        return PlayoutSpeechOutput(self.outbound, self._conn.send)
 
     def send_data(self, text: str) -> None:
         channel = self.channel
@@ -175,7 +176,7 @@ class RtcPeer:
         listener = Listener(
             settings=self._settings, conversation=self._conversation, send=self._conn.send,
             stt=self._stt, turn_model=self._turn_model, playback=self.outbound,
-            speech_output=lambda: RtcSpeechOutput(self.outbound, self._conn.send),
+            speech_output=lambda: PlayoutSpeechOutput(self.outbound, self._conn.send),
             busy=self._busy)
         resampler = Resampler(STT_RATE)
         try:

@@ -1,0 +1,58 @@
+"""A voice server with the phone endpoints on (Twilio signatures checked), real STT, TTS and
+turn-taking, a scripted LLM; the fake Twilio (tests/support/fake_twilio.py) calls it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from tests.support.fake_openai import FakeOpenAI
+from voice_server.config import load_settings
+from voice_server.server.app import VoiceServer
+
+AUTH_TOKEN = "test-twilio-auth-token"
+
+
+@pytest_asyncio.fixture(scope="session")
+async def phone_llm() -> AsyncIterator[FakeOpenAI]:
+    async with FakeOpenAI(default_text="Okay.") as fake:
+        yield fake
+
+
+@pytest_asyncio.fixture(scope="session")
+async def phone_server(phone_llm: FakeOpenAI) -> AsyncIterator[VoiceServer]:
+    settings = load_settings(port=0, phone_port=0, twilio_auth_token=AUTH_TOKEN,
+                             llm_provider="openai_compat", llm_base_url=phone_llm.base_url,
+                             llm_model="fake-model")
+    async with VoiceServer(settings) as server:
+        yield server
+
+
+def signature(url: str, params: dict[str, str] | None = None) -> str:
+    """``X-Twilio-Signature`` as Twilio computes it (its own SDK's validator)."""
+    from twilio.request_validator import RequestValidator
+
+    return RequestValidator(AUTH_TOKEN).compute_signature(url, params or {})
+
+
+@pytest.fixture(scope="session")
+def caller_speech():
+    """``caller_speech(text)`` -> 8 kHz int16 speech in our Piper voice (natural speech; at
+    8 kHz, espeak-ng is more than Whisper tiny.en can follow: "Peter" -> "the earth")."""
+    import numpy as np
+
+    from voice_server.pipeline.audio import resample
+    from voice_server.pipeline.tts import PiperService, default_piper_voice
+
+    piper = PiperService(voice=str(default_piper_voice()))
+    cache: dict[str, np.ndarray] = {}
+
+    def make(text: str, lead_s: float = 0.3) -> np.ndarray:
+        if text not in cache:
+            pcm = resample(piper.synthesize(text, False), piper.sample_rate, 8000)
+            cache[text] = np.concatenate([np.zeros(int(lead_s * 8000), np.int16), pcm])
+        return cache[text]
+
+    return make

@@ -102,7 +102,7 @@ async def test_talking_over_the_agent_clears_its_audio(phone_server, phone_llm,
                                                        caller_speech) -> None:
     """Barge-in: the caller speaks while the agent talks; `clear` arrives within 600 ms of
     the caller's speech onset, the rest of the answer is not played, the new question is
-    answered."""
+    answered, and the history holds the answer only as far as it was heard."""
     phone_llm.script.clear()
     phone_llm.add(LONG_REPLY, "Berlin is the capital of Germany.")
     first = caller_speech("What is the capital of France?")
@@ -128,8 +128,14 @@ async def test_talking_over_the_agent_clears_its_audio(phone_server, phone_llm,
             while len(phone_llm.requests) < asked + 2 or \
                     not phone.played.first_voiced_after(phone.speech_ended or 0):  # noqa: ASYNC110
                 await asyncio.sleep(0.05)
-    said = phone_llm.requests[-1]["messages"][-1]["content"].lower()
+    messages = phone_llm.requests[-1]["messages"]
+    said = messages[-1]["content"].lower()
     assert "berlin" in said, said
+    # the cut answer is in the history as far as the caller heard it (the marks tell)
+    heard = messages[-2]
+    assert heard["role"] == "assistant", messages
+    assert heard["content"] and len(heard["content"]) < len(LONG_REPLY) / 2, heard
+    assert LONG_REPLY.startswith(heard["content"][:12]), heard
 
 
 async def test_stop_ends_the_call_and_keeps_the_conversation(phone_server, phone_llm,

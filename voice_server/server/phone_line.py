@@ -44,7 +44,6 @@ class PhoneLine:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.paused = False
-        self.frames_sent = 0
         self._next_at = 0.0  # when the audio sent so far has played
 
     # ---- Playback ---------------------------------------------------------------------------
@@ -139,7 +138,6 @@ class PhoneLine:
             chunk = clip.pcm[clip.pos:clip.pos + FRAME]
             clip.pos += len(chunk)
             await self._send(twilio.media(self._stream_sid, self._codec.encode(chunk)))
-            self.frames_sent += 1
             if clip.on_progress is not None:
                 clip.on_progress(clip)
             next_at += len(chunk) / RATE

@@ -146,6 +146,10 @@ class Settings(BaseSettings):
                                              "probability from which a turn is complete")
     end_of_turn_unfinished_below: float = Field(0.03, ge=0, le=1, description="turn model "
                                                 "probability below which it is unfinished")
+    barge_in_echo_share: float = Field(0.5, gt=0, le=1, description="speech over the agent "
+                                       "of which at least this share of the energy is the "
+                                       "agent's own audio played back (delayed, scaled) is its "
+                                       "echo and interrupts nothing")
     barge_in_judge: bool = Field(True, description="speech over the agent pauses it and is "
                                  "judged by its words before it cancels the answer: an "
                                  "acknowledgement, noise or echo of the agent resumes it "

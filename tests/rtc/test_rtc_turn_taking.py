@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import scaled
 from tests.rtc.peer import RtcClient
 from voice_server.pipeline.audio import decode_wav
+from voice_server.server.playout import Clip
 
 pytestmark = pytest.mark.slow
 
@@ -92,6 +93,36 @@ async def test_an_acknowledgement_does_not_stop_the_agent(url, rtc_server, rtc_l
     assert not session.history[-1].get("interrupted")
 
 
+class EchoingMic:
+    """A client without echo cancellation: every frame it plays comes back into its microphone
+    at ``gain`` a frame later (a speaker beside the microphone), mixed with what the user says.
+    It starts once the mic has sent ``after`` (the question), so the echo is not queued behind
+    it."""
+
+    def __init__(self, client: RtcClient, gain_db: float, after: Clip) -> None:
+        self._client = client
+        self._after = after
+        self._gain = 10 ** (gain_db / 20)
+        self._voice = np.zeros(0, dtype=np.float32)
+
+    def say(self, pcm48: np.ndarray) -> None:
+        self._voice = np.concatenate([self._voice, pcm48.astype(np.float32)])
+
+    async def run(self) -> None:
+        client = self._client
+        await self._after.finished.wait()
+        sent = len(client.heard)
+        while True:
+            await asyncio.sleep(0.02)
+            fresh = client.heard[sent:]
+            sent += len(fresh)
+            for _, pcm in fresh:
+                out = pcm.astype(np.float32) * self._gain
+                voice, self._voice = self._voice[:len(out)], self._voice[len(out):]
+                out[:len(voice)] += voice
+                client.mic.enqueue(np.clip(out, -32768, 32767).astype(np.int16))
+
+
 @pytest.mark.parametrize("gain_db", [-20, -10])
 async def test_the_agent_does_not_interrupt_itself_on_its_own_echo(url, rtc_llm, make_speech,
                                                                    gain_db):
@@ -99,25 +130,38 @@ async def test_the_agent_does_not_interrupt_itself_on_its_own_echo(url, rtc_llm,
     -20 dB and -10 dB. The agent finishes its answer."""
     rtc_llm.script.clear()  # earlier tests' speculative answers may have left replies
     rtc_llm.add(LONG_ANSWER)
-    gain = 10 ** (gain_db / 20)
     async with RtcClient(url) as client:
         await client.negotiate()
-        client.say(make_speech("What is the weather like?", rate=48000, pad=(1.0, 1.0)))
+        question = client.mic.enqueue(_wav48(make_speech, "What is the weather like?",
+                                             pad=(1.0, 0.3)))
         await client.wait_for("tts-start", timeout=scaled(60))
-
-        async def loop_back() -> None:
-            sent = 0
-            while True:
-                await asyncio.sleep(0.02)
-                fresh = client.heard[sent:]
-                sent += len(fresh)
-                for _, pcm in fresh:
-                    client.mic.enqueue((pcm.astype(np.float32) * gain).astype(np.int16))
-
-        echo = asyncio.create_task(loop_back())
+        echo = asyncio.create_task(EchoingMic(client, gain_db, question).run())
         try:
             await client.wait_for("tts-complete", timeout=scaled(90))
         finally:
             echo.cancel()
         assert not client.messages("tts-cancelled")
         assert len(client.messages("llm")) == 1
+
+
+async def test_the_user_interrupts_through_the_echo(url, rtc_llm, make_speech):
+    """The same client, echo at -10 dB: a real question over the agent's echoed voice still
+    stops it, and is answered."""
+    rtc_llm.script.clear()
+    rtc_llm.add(LONG_ANSWER)
+    async with RtcClient(url) as client:
+        await client.negotiate()
+        question = client.mic.enqueue(_wav48(make_speech, "What is the weather like?",
+                                             pad=(1.0, 0.3)))
+        await client.wait_for("tts-start", timeout=scaled(60))
+        mic = EchoingMic(client, -10, question)
+        echo = asyncio.create_task(mic.run())
+        try:
+            await asyncio.sleep(2.5)
+            mic.say(_wav48(make_speech, "Stop. When does the market open?", pad=(0.0, 0.0)))
+            await client.wait_for("tts-cancelled", timeout=scaled(30))
+            await client.wait_for("llm", count=2, timeout=scaled(60))
+        finally:
+            echo.cancel()
+        asked = rtc_llm.requests[-1]["messages"][-1]["content"].lower()
+        assert "market" in asked, asked

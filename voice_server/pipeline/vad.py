@@ -118,6 +118,12 @@ class StreamingVAD:
         """The audio of the utterance in progress (for interim transcripts)."""
         return np.concatenate(self._speech) if self._speech else np.zeros(0, dtype=np.int16)
 
+    def voice_so_far(self) -> np.ndarray:
+        """The voice heard last: the utterance in progress, or the candidate not yet confirmed
+        with the pre-roll before it (what a barge-in is judged on before it counts)."""
+        frames = self._speech if self.speaking else [*self._pre, *self._candidate]
+        return np.concatenate(frames) if frames else np.zeros(0, dtype=np.int16)
+
     def feed(self, pcm: np.ndarray) -> list[VADEvent]:
         data = np.concatenate([self._pending, np.asarray(pcm, dtype=np.int16)])
         usable = len(data) - len(data) % self._frame

@@ -7,6 +7,9 @@ the session's ``Conversation``.
   model and the transcript judge whether the user is done. The turn ends after the silence the
   verdict asks for: about 200 ms when both say complete, up to ``end_of_turn_max_ms`` when the
   user is mid-sentence. Speech that resumes first drops the held answer unheard.
+- **Echo**: voice over the agent that is mostly the agent's own audio played back (measured
+  against what the transport played, echo.py) is neither a barge-in nor a turn, and does not
+  pause the agent; it is measured again every 200 ms, so the user talking through it counts.
 - **Barge-in**: voice onset while the agent talks pauses its audio at once (``duck``); a click or
   a cough that never becomes speech resumes it. Speech long enough to count is then *judged*
   before it cancels anything: its words are transcribed (about 300 ms in) and an
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from ..metrics import TurnRecord
+from ..pipeline.echo import EchoReference, echo_share
 from ..pipeline.end_of_turn import EndOfTurnPolicy, Verdict
 from ..pipeline.speech import HeldOutput, SpeechOutput
 from ..pipeline.vad import StreamingVAD, VADEvent, VADSettings
@@ -47,6 +51,10 @@ log = logging.getLogger(__name__)
 INTERIM_AFTER_S = 1.5
 INTERIM_EVERY_S = 1.0
 BARGE_IN_JUDGE_S = 0.3  # speech heard before its words are judged (acknowledgement or not)
+ECHO_DELAY_S = 1.0  # longest delay searched between the agent's audio and its echo
+ECHO_WINDOW_S = 0.6  # the latest voice judged for echo
+ECHO_EVERY_S = 0.2  # speech taken for echo is measured again this often
+ECHO_WORDS_FROM = 0.2  # below this share of its audio, speech is not echo whatever its words
 RATE = 16_000
 
 _WORD = re.compile(r"[a-z']+")
@@ -97,7 +105,10 @@ def is_echo(text: str, agent_said: str) -> bool:
 
 
 class Playback(Protocol):
-    """The transport's outbound audio, as far as turn-taking touches it."""
+    """The transport's outbound audio, as far as turn-taking touches it; ``echo`` records
+    what it played."""
+
+    echo: EchoReference
 
     @property
     def busy(self) -> bool: ...
@@ -128,6 +139,7 @@ class _BargeIn:
     detected: float  # when the speech (or, judged again, its latest part) began to count
     judge: asyncio.Task[str] | None = None
     judged_samples: int = 0  # of the utterance, when its words were last judged
+    echo_share: float = 0.0  # of the agent's own audio in the voice, when last measured
     ignored: bool = False  # judged an acknowledgement, noise or echo: not a turn
 
 
@@ -278,11 +290,14 @@ class Listener:
             self._playback.resume()
 
     # ---- barge-in --------------------------------------------------------------------------
-    def _duck(self) -> None:
+    def _duck(self, echo_share: float | None = None) -> None:
         """A voiced run started while the agent talks: silence the agent until the candidate is
-        judged (an interruption cancels the turn) or rejected (resume where it paused)."""
+        judged (an interruption cancels the turn) or rejected (resume where it paused); not
+        for the agent's own echo."""
         turn = self._conversation().interruptible_turn()
         if turn is None or not self._playback.busy:
+            return
+        if self._is_echo(self._echo_share() if echo_share is None else echo_share):
             return
         self._playback.pause()
         if turn.record.ducked is None:
@@ -292,9 +307,19 @@ class Listener:
         record = self._new_record()
         turn = self._conversation().interruptible_turn()
         log.debug("speech started (agent speaking: %s)", turn is not None)
+        share = self._echo_share() if self._settings.barge_in_judge else 0.0
+        if self._is_echo(share):  # the agent's voice coming back (also after its turn ended)
+            self._playback.resume()
+            self._barge = _BargeIn(record, turn.spoken_text() if turn is not None else "",
+                                   time.monotonic(), ignored=True,
+                                   judged_samples=self._vad.utterance_samples,
+                                   echo_share=share)
+            self._record = record
+            return
         if turn is not None and self._settings.barge_in_judge:
-            self._duck()
-            self._barge = _BargeIn(record, turn.spoken_text(), time.monotonic())
+            self._duck(share)
+            self._barge = _BargeIn(record, turn.spoken_text(), time.monotonic(),
+                                   echo_share=share)
             self._record = record
             return
         self._record = record
@@ -328,15 +353,40 @@ class Listener:
 
     def _judge_again(self, barge: _BargeIn) -> None:
         """Speech judged not to interrupt goes on (echo of a long answer, or the user who
-        said "okay" and then a question): its latest words are judged again each second."""
-        if self._vad.utterance_samples - barge.judged_samples < RATE:
+        said "okay" and then a question): echo is measured again every ``ECHO_EVERY_S`` (the
+        user talking through it pauses the agent at once), other speech has its latest words
+        judged again each second."""
+        grown = self._vad.utterance_samples - barge.judged_samples
+        if grown < (ECHO_EVERY_S * RATE if self._is_echo(barge.echo_share) else RATE):
             return
-        if (turn := self._conversation().interruptible_turn()) is None:
+        turn = self._conversation().interruptible_turn()
+        if turn is None and barge.agent_said:  # an acknowledgement that outlived the answer
+            return
+        barge.judged_samples = self._vad.utterance_samples
+        barge.echo_share = self._echo_share()
+        if self._is_echo(barge.echo_share):
             return
         barge.ignored = False
-        barge.agent_said = turn.spoken_text()
+        barge.agent_said = turn.spoken_text() if turn is not None else ""
         barge.detected = time.monotonic()
+        self._duck(barge.echo_share)
         self._judge(barge, self._vad.utterance_so_far()[-2 * RATE:])
+
+    def _echo_share(self) -> float:
+        """How much of the latest voice is the agent's own audio coming back (echo.py): judged
+        by the audio, which needs no words and is not fooled by misheard ones."""
+        voice = self._vad.voice_so_far()[-int(ECHO_WINDOW_S * RATE):]
+        if not len(voice):
+            return 0.0
+        played = self._playback.echo.recent(ECHO_DELAY_S + len(voice) / RATE, time.monotonic())
+        if not played.any():
+            return 0.0
+        share = echo_share(voice, played)
+        log.debug("echo share of the voice over the agent: %.2f", share)
+        return share
+
+    def _is_echo(self, share: float) -> bool:
+        return share >= self._settings.barge_in_echo_share
 
     async def _interrupts(self, barge: _BargeIn) -> bool:
         """Decide a barge-in candidate (waits for its words if need be): True when it is a real
@@ -352,8 +402,8 @@ class Listener:
         if turn is None:
             real = not no_words(words)  # the agent finished meanwhile: an ordinary utterance
         else:
-            real = not no_words(words) and not is_backchannel(words) and \
-                not is_echo(words, barge.agent_said)
+            real = not no_words(words) and not is_backchannel(words) and not (
+                barge.echo_share >= ECHO_WORDS_FROM and is_echo(words, barge.agent_said))
         if not real:
             log.debug("not a barge-in: %r", words)
             barge.ignored = True

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 
 from ..pipeline.audio import MulawCodec
+from ..pipeline.echo import EchoReference
 from ..protocol import twilio
 from .playout import Clip
 
@@ -45,6 +46,7 @@ class PhoneLine:
         self._task: asyncio.Task[None] | None = None
         self.paused = False
         self._next_at = 0.0  # when the audio sent so far has played
+        self.echo = EchoReference()  # what the caller hears, for telling its echo apart
 
     # ---- Playback ---------------------------------------------------------------------------
     @property
@@ -138,6 +140,7 @@ class PhoneLine:
             chunk = clip.pcm[clip.pos:clip.pos + FRAME]
             clip.pos += len(chunk)
             await self._send(twilio.media(self._stream_sid, self._codec.encode(chunk)))
+            self.echo.push(chunk, RATE, next_at)
             if clip.on_progress is not None:
                 clip.on_progress(clip)
             next_at += len(chunk) / RATE

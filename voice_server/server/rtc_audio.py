@@ -13,6 +13,7 @@ import av
 import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from ..pipeline.echo import EchoReference
 from .playout import Clip
 
 __all__ = ["OutboundAudioTrack"]
@@ -33,6 +34,7 @@ class OutboundAudioTrack(MediaStreamTrack):
         self._t0: float | None = None
         self.last_voiced_at: float | None = None
         self.paused = False
+        self.echo = EchoReference()  # what went out, for telling the agent's echo apart
 
     def pause(self) -> None:
         """Send silence without losing our place (ducking under a barge-in candidate)."""
@@ -86,6 +88,7 @@ class OutboundAudioTrack(MediaStreamTrack):
                 clip.finish()
         if filled:
             self.last_voiced_at = time.monotonic()
+        self.echo.push(out, RATE, due)
         frame = av.AudioFrame.from_ndarray(out.reshape(1, -1), format="s16", layout="mono")
         frame.sample_rate = RATE
         frame.pts = self._pts

@@ -1,0 +1,116 @@
+"""Is the voice we hear the agent's own, played back into the user's microphone? (sans-I/O)
+
+A client without echo cancellation (a speaker beside the microphone, a browser with it off, a
+phone on speaker) sends the agent's voice back a little later and quieter. Judging that by its
+words fails on short fragments, which speech to text mishears; judging it by the audio does not:
+the transport records what it played (``EchoReference``), and ``echo_share`` measures how much
+of the inbound voice is that recording, delayed and scaled. The best delay is searched, since
+the path (jitter buffers, the client's playout, the network) is not known in advance.
+
+The measure is the squared normalized cross-correlation at the best delay: the share of the
+inbound energy a delayed, scaled copy of the played audio explains (what a one-tap echo
+canceller would remove). The agent's voice alone scores near 1 (0.8-0.95 through two Opus
+passes); the user's voice, or the user speaking over the echo, scores low, because what the
+user says is not in the recording.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .audio import Resampler
+
+__all__ = ["EchoReference", "echo_share"]
+
+RATE = 16_000
+
+
+class EchoReference:
+    """The last ``seconds`` of what a transport played, at 16 kHz, on a clock of sample
+    positions: ``push`` each piece at the time it is heard; a gap (nothing played) stays
+    silence, and pieces that follow each other are joined sample-exact."""
+
+    def __init__(self, seconds: float = 4.0) -> None:
+        self._ring = np.zeros(int(seconds * RATE), dtype=np.float32)
+        self._end: int | None = None  # sample position (on the monotonic clock) after the last
+        self._resampler: Resampler | None = None
+        self._rate = 0
+
+    def push(self, pcm: np.ndarray, rate: int, at: float) -> None:
+        """``pcm`` (int16 mono at ``rate``) starts playing at ``at`` (``time.monotonic()``)."""
+        if rate != self._rate:
+            self._resampler, self._rate = (Resampler(RATE) if rate != RATE else None), rate
+        pcm16 = pcm if self._resampler is None else self._resampler.push(pcm, rate)
+        start = round(at * RATE)
+        if self._end is None or abs(start - self._end) > RATE // 25:  # not contiguous (> 40 ms)
+            self._end = start
+        self._write(self._end, pcm16.astype(np.float32))
+        self._end += len(pcm16)
+
+    def _write(self, start: int, data: np.ndarray) -> None:
+        size = len(self._ring)
+        if len(data) > size:
+            start, data = start + len(data) - size, data[-size:]
+        idx = start % size
+        first = min(len(data), size - idx)
+        self._ring[idx:idx + first] = data[:first]
+        self._ring[:len(data) - first] = data[first:]
+
+    def recent(self, seconds: float, until: float) -> np.ndarray:
+        """What played during the ``seconds`` before ``until`` (silence where nothing did)."""
+        n = min(int(seconds * RATE), len(self._ring))
+        end = round(until * RATE)
+        out = np.zeros(n, dtype=np.float32)
+        if self._end is None:
+            return out
+        size = len(self._ring)
+        lo = max(end - n, self._end - size)  # the ring holds [self._end - size, self._end)
+        hi = min(end, self._end)
+        if hi <= lo:
+            return out
+        idx = np.arange(lo, hi) % size
+        out[lo - (end - n):hi - (end - n)] = self._ring[idx]
+        return out
+
+
+def echo_share(inbound: np.ndarray, reference: np.ndarray, block: int = RATE // 5) -> float:
+    """The share (0..1) of ``inbound``'s energy that delayed, scaled copies of ``reference``
+    explain, judged in blocks of ``block`` samples, each at its own best delay (a client's
+    playout delay drifts as its jitter buffer adapts). ``reference`` ends when ``inbound`` does
+    and starts earlier by the longest delay to search; both at the same rate."""
+    x = _emphasis(np.asarray(inbound, dtype=np.float64))
+    y = _emphasis(np.asarray(reference, dtype=np.float64))
+    delay = len(y) - len(x)  # the longest searched
+    explained = total = 0.0
+    for end in range(len(x), 0, -block):
+        part = x[max(0, end - block):end]
+        energy = float(part @ part)
+        stop = len(y) - (len(x) - end)  # the reference when this block was heard
+        explained += energy * _best_share(part, y[max(0, stop - delay - len(part)):stop])
+        total += energy
+    return explained / total if total > 0 else 0.0
+
+
+def _best_share(x: np.ndarray, y: np.ndarray) -> float:
+    """The largest share of ``x``'s energy a scaled window of ``y`` explains, over every
+    window of ``y`` as long as ``x``."""
+    n, m = len(x), len(y)
+    energy = float(x @ x)
+    if n == 0 or m < n or energy <= 0.0:
+        return 0.0
+    size = 1 << (n + m - 1).bit_length()
+    # correlation of x with every window y[k:k + n], k = 0 .. m - n
+    corr = np.fft.irfft(np.fft.rfft(y, size) * np.conj(np.fft.rfft(x, size)), size)[:m - n + 1]
+    power = np.concatenate([[0.0], np.cumsum(y * y)])
+    window = power[n:] - power[:m - n + 1]
+    valid = window > energy * 1e-6  # a window of (near) silence explains nothing
+    if not valid.any():
+        return 0.0
+    share = corr[valid] ** 2 / (window[valid] * energy)
+    return float(min(1.0, share.max()))
+
+
+def _emphasis(x: np.ndarray) -> np.ndarray:
+    """First difference (pre-emphasis): speech's strong low frequencies correlate with almost
+    anything at some delay; its finer structure correlates only with itself."""
+    return np.diff(x, prepend=x[:1]) if len(x) else x

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import re
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
+
+from voice_server.server.static import CLIENT_MODULES, ROUTES
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +36,8 @@ async def get(server, path: str, **headers: str) -> tuple[int, dict[str, str], b
     ("/", "index.html", "no-cache"),
     ("/app.js", "app.js", "no-cache"),
     ("/style.css", "style.css", "no-cache"),
-    ("/client/llmrtc.js", "llmrtc.js", "public, max-age=300"),
+    ("/client/llmrtc.js", "client/llmrtc.js", "public, max-age=300"),
+    ("/client/client.js", "client/client.js", "public, max-age=300"),
 ])
 async def test_compressed_validated_and_cached(scripted_server, path, name, cache):
     original = (WEB / name).read_bytes()
@@ -64,6 +68,27 @@ async def test_the_page_has_an_icon(scripted_server):
 
 
 async def test_unknown_files_are_404(scripted_server):
-    for path in ("/llmrtc.js.map", "/../pyproject.toml", "/client/app.js"):
+    for path in ("/llmrtc.js.map", "/../pyproject.toml", "/client/app.js", "/llmrtc.js",
+                 "/client/../app.js", "/client/client/llmrtc.js"):
         status, _, _ = await get(scripted_server, path)
         assert status == 404
+
+
+def test_every_client_module_is_served_and_nothing_else():
+    """Each ES module of the client in web_client/client/ has its route (a module left out would
+    404 in the browser and break the import of llmrtc.js), cached like llmrtc.js."""
+    on_disk = sorted(p.name for p in (WEB / "client").glob("*.js"))
+    assert sorted(CLIENT_MODULES) == on_disk
+    for name in on_disk:
+        assert ROUTES[f"/client/{name}"] == (f"client/{name}", "public, max-age=300")
+
+
+def test_client_imports_resolve_to_served_modules():
+    """Every relative import in the client's modules names a module that is served."""
+    imported = set()
+    for path in (WEB / "client").glob("*.js"):
+        for target in re.findall(r'^(?:import|export) [^;]*? from "(\./[^"]+)";', path.read_text(),
+                                 flags=re.MULTILINE | re.DOTALL):
+            assert target.removeprefix("./") in CLIENT_MODULES, (path.name, target)
+            imported.add(target)
+    assert {"./client.js", "./state.js", "./peer.js"} <= imported

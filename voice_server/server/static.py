@@ -26,8 +26,8 @@ __all__ = ["StaticFiles"]
 # sites import llmrtc.js, which imports the rest; all are cached alike.
 CLIENT_MODULES = (
     "llmrtc.js", "client.js", "connection.js", "signaling.js", "peer.js", "capture.js",
-    "playback.js", "events.js", "router.js", "state.js", "scope.js", "backoff.js", "codecs.js",
-    "endpointer.js", "errors.js",
+    "capture-worklet.js", "playback.js", "events.js", "router.js", "state.js", "scope.js",
+    "backoff.js", "codecs.js", "endpointer.js", "errors.js",
 )
 _CLIENT_CACHE = "public, max-age=300"
 

@@ -1,13 +1,18 @@
 // capture.js: the microphone in Web Audio: its level for a meter, and the WebSocket fallback's
-// recorder (utterances cut by the endpointer, each sent as a 16 kHz WAV). WebRTC sends the
-// microphone as a media track instead and needs no capture here.
+// recorder (an AudioWorklet, capture-worklet.js, hands over the samples; the endpointer cuts
+// utterances, each sent as a 16 kHz WAV). WebRTC sends the microphone as a media track instead
+// and needs no capture here.
 
+import { CAPTURE_PROCESSOR } from "./capture-worklet.js";
 import { downsample, encodeWav, rms } from "./codecs.js";
 import { Endpointer } from "./endpointer.js";
 import { VoiceClientError } from "./errors.js";
 
 /** The rate the server's speech-to-text wants (spec: "audio"). */
 const WAV_RATE = 16000;
+/** Samples per frame handed to the endpointer (~85 ms at 48 kHz, what it was tuned with). */
+const FRAME_SIZE = 4096;
+const WORKLET_URL = new URL("./capture-worklet.js", import.meta.url).href;
 
 /**
  * The microphone while it is on: its stream, its level, and the fallback's recorder.
@@ -64,15 +69,21 @@ export class Microphone {
   }
 
   /**
-   * Record utterances for the WebSocket fallback (nothing when already recording); throws
+   * Record utterances for the WebSocket fallback (nothing when already recording); rejects
    * when Web Audio cannot record here.
    * @param {(wav: Uint8Array) => void} onUtterance
    */
-  startRecorder(onUtterance) {
+  async startRecorder(onUtterance) {
     if (this.recorder) return;
     const recorder = new Recorder(this.audioContext(), this.stream, onUtterance);
-    recorder.start();
-    this.recorder = recorder;
+    this.recorder = recorder; // before the worklet loads: a second call or a stop sees it
+    try {
+      await recorder.start();
+    } catch (err) {
+      if (this.recorder === recorder) this.recorder = null;
+      recorder.stop(false);
+      throw err;
+    }
   }
 
   /** @param {boolean} flush hand over an utterance in progress */
@@ -133,21 +144,45 @@ export class Recorder {
     this.source = ctx.createMediaStreamSource(stream);
     this.mute = ctx.createGain(); // keeps the node pulled without playing the mic back
     this.mute.gain.value = 0;
+    /** @type {AudioWorkletNode | ScriptProcessorNode | null} */
     this.node = null;
+    this.stopped = false;
   }
 
-  start() {
-    const node = this.ctx.createScriptProcessor(4096, 1, 1);
+  /** Start: resolves once samples flow (the worklet module is loaded). */
+  async start() {
+    const ctx = this.ctx;
+    if (ctx.audioWorklet && typeof globalThis.AudioWorkletNode === "function") {
+      // a second addModule in the same context is harmless (the worklet registers once)
+      await ctx.audioWorklet.addModule(WORKLET_URL);
+      if (this.stopped) return;
+      const node = new globalThis.AudioWorkletNode(ctx, CAPTURE_PROCESSOR, {
+        numberOfInputs: 1, numberOfOutputs: 1, channelCount: 1, channelCountMode: "explicit",
+        processorOptions: { frameSize: FRAME_SIZE },
+      });
+      node.port.onmessage = (ev) => this._frame(ev.data);
+      this._connect(node);
+      return;
+    }
+    // Fallback only for a browser without AudioWorklet (before Safari 14.1, Chrome 66,
+    // Firefox 76): the deprecated ScriptProcessorNode, on the main thread.
+    const node = ctx.createScriptProcessor(FRAME_SIZE, 1, 1);
     node.onaudioprocess = (ev) => this._frame(new Float32Array(ev.inputBuffer.getChannelData(0)));
-    this.source.connect(node);
-    node.connect(this.mute);
-    this.mute.connect(this.ctx.destination);
-    this.node = node;
+    this._connect(node);
   }
 
+  /** @param {boolean} flush hand over an utterance in progress */
   stop(flush) {
-    if (this.node) this.node.onaudioprocess = null;
-    for (const n of [this.source, this.node, this.mute]) {
+    if (this.stopped) return;
+    this.stopped = true;
+    const node = this.node;
+    if (node?.port) {
+      node.port.onmessage = null;
+      node.port.postMessage("stop");
+    } else if (node) {
+      node.onaudioprocess = null;
+    }
+    for (const n of [this.source, node, this.mute]) {
       try {
         n?.disconnect();
       } catch {
@@ -155,6 +190,13 @@ export class Recorder {
       }
     }
     if (flush) this._emit(this.endpointer.flush());
+  }
+
+  _connect(node) {
+    this.source.connect(node);
+    node.connect(this.mute);
+    this.mute.connect(this.ctx.destination);
+    this.node = node;
   }
 
   _frame(samples) {

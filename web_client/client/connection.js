@@ -147,7 +147,7 @@ export class Connection {
         }
       }
     } else if (this.mode === "websocket") {
-      mic.startRecorder(onUtterance);
+      await mic.startRecorder(onUtterance);
     }
   }
 

@@ -14,7 +14,8 @@
 //   connection.js  one connection attempt: WebSocket, ready, resume, heartbeat, media
 //   signaling.js   the WebSocket: opening it (and why it did not open), the heartbeat
 //   peer.js        WebRTC: peer connection, data channel, offer/answer, the mic as a track
-//   capture.js     the microphone: level meter, the fallback's recorder
+//   capture.js     the microphone: level meter, the fallback's recorder (an AudioWorklet,
+//                  capture-worklet.js)
 //   playback.js    the agent's audio sent in messages (the fallback), the WebRTC track
 //   events.js      what each payload message does: its event, an error, audio to play or stop
 //   router.js      signaling vs payload, each payload once from two channels

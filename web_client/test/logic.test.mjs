@@ -4,6 +4,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { Backoff } from "../client/backoff.js";
+import { CAPTURE_PROCESSOR, FrameBatcher } from "../client/capture-worklet.js";
 import { base64ToBytes, bytesToBase64, downsample, encodeWav } from "../client/codecs.js";
 import { Endpointer } from "../client/endpointer.js";
 import { VoiceClientError } from "../client/errors.js";
@@ -273,4 +274,28 @@ test("payload effects: events, errors, audio played or silenced", () => {
   assert.equal(payloadEffects({ type: "error", code: "SESSION_NOT_FOUND" }, idle).error.code,
     "SESSION_NOT_FOUND");
   assert.deepEqual(payloadEffects({ type: "error", code: "WEBRTC_UNAVAILABLE" }, idle), none);
+});
+
+test("the capture worklet batches 128-sample blocks into whole frames, in order", () => {
+  const batcher = new FrameBatcher(300);
+  const block = (start) => Float32Array.from({ length: 128 }, (_, i) => start + i);
+  const frames = [];
+  for (let b = 0; b < 7; b++) frames.push(...batcher.push(block(b * 128)));
+  // 7 * 128 = 896 samples: two frames of 300, 296 waiting for the next block
+  assert.equal(frames.length, 2);
+  assert.deepEqual(frames.map((f) => [f.length, f[0], f[299]]), [[300, 0, 299], [300, 300, 599]]);
+  const next = batcher.push(block(896));
+  assert.deepEqual(next.map((f) => [f.length, f[0], f[299]]), [[300, 600, 899]]);
+  assert.notEqual(next[0].buffer, frames[1].buffer, "each frame has its own buffer to transfer");
+  assert.deepEqual(batcher.push(new Float32Array(0)), []);
+  assert.throws(() => new FrameBatcher(0), RangeError);
+  assert.equal(CAPTURE_PROCESSOR, "llmrtc-capture");
+});
+
+test("the capture worklet's input is copied: the audio thread may reuse its block", () => {
+  const batcher = new FrameBatcher(4);
+  const reused = new Float32Array([1, 2]);
+  batcher.push(reused);
+  reused.set([3, 4]);
+  assert.deepEqual([...batcher.push(reused)[0]], [1, 2, 3, 4]);
 });

@@ -30,6 +30,8 @@ CLIENT_MODULES = (
     "backoff.js", "codecs.js", "endpointer.js", "errors.js",
 )
 _CLIENT_CACHE = "public, max-age=300"
+# The bundled page's own modules (web_client/page/), imported by app.js; revalidated like it.
+PAGE_MODULES = ("conversation.js", "dom.js", "notices.js", "playbooks.js", "timeline.js")
 
 # URL path -> (file in the static folder, Cache-Control); anything else is 404
 ROUTES: dict[str, tuple[str, str]] = {
@@ -37,6 +39,7 @@ ROUTES: dict[str, tuple[str, str]] = {
     "/index.html": ("index.html", "no-cache"),
     "/app.js": ("app.js", "no-cache"),
     "/style.css": ("style.css", "no-cache"),
+    **{f"/page/{name}": (f"page/{name}", "no-cache") for name in PAGE_MODULES},
     **{f"/client/{name}": (f"client/{name}", _CLIENT_CACHE) for name in CLIENT_MODULES},
     "/favicon.svg": ("favicon.svg", "public, max-age=86400"),
     "/favicon.ico": ("favicon.svg", "public, max-age=86400"),  # browsers ask for it unbidden

@@ -11,7 +11,7 @@
 
 // the server serves this page at /, app.js and style.css beside it, the client at /client/
 import { State, VoiceClient } from "./client/llmrtc.js";
-import { ConversationView, PHASE_LABELS } from "./page/conversation.js";
+import { ConversationView } from "./page/conversation.js";
 import { $ } from "./page/dom.js";
 import { hideNotice, noticeKind, showNotice } from "./page/notices.js";
 import { loadPlaybooks } from "./page/playbooks.js";

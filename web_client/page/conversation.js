@@ -5,7 +5,7 @@
 import { $ } from "./dom.js";
 
 /** The phases the indicator names (others hide it). */
-export const PHASE_LABELS = {
+const PHASE_LABELS = {
   listening: "Listening", "user-speaking": "You're speaking", thinking: "Thinking…",
   "agent-speaking": "Speaking",
 };

@@ -1,5 +1,7 @@
 // The bundled page (GET /): one Talk button, a text box, a mic meter, the conversation as bubbles, a timeline
 // of tool calls and stage changes, connection state and per-turn latency. Uses llmrtc.js.
+// This module wires the client to the page; the page's parts are modules in page/
+// (conversation, timeline, notices, playbooks), served at /page/<name>.
 //
 // Query parameters (handy for development and tests):
 //   ?ws=ws://host:port/ws   another signaling URL (default: the server that served this page)
@@ -9,8 +11,14 @@
 
 // the server serves this page at /, app.js and style.css beside it, the client at /client/
 import { State, VoiceClient } from "./client/llmrtc.js";
+import { ConversationView } from "./page/conversation.js";
+import { $ } from "./page/dom.js";
+import { hideNotice, noticeKind, showNotice } from "./page/notices.js";
+import { loadPlaybooks } from "./page/playbooks.js";
+import {
+  addTimeline, clearTimeline, onStageChange, onToolEnd, onToolStart,
+} from "./page/timeline.js";
 
-const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 
 /** ws(s)://<this host>/ws, relative to the page so a path prefix keeps working. */
@@ -21,11 +29,6 @@ function defaultWsUrl() {
   url.hash = "";
   return url.href;
 }
-
-const PHASE_LABELS = {
-  listening: "Listening", "user-speaking": "You're speaking", thinking: "Thinking…",
-  "agent-speaking": "Speaking",
-};
 
 const STATE_LABELS = {
   idle: "Idle", connecting: "Connecting…", connected: "Connected",
@@ -38,31 +41,13 @@ const app = {
   /** @type {VoiceClient | null} */
   client: null,
   micOn: false,
-  turn: null, // {user: li|null, agent: li|null, speechEndAt, firstReplyAt}
-  agentTurn: null, // the latest turn with an agent bubble (barge-in marks it)
-  toolItems: new Map(),
+  conversation: new ConversationView(() => app.client?.phase), // the bubbles and their turns
+  toolItems: new Map(), // callId -> its timeline item
 };
+const view = app.conversation;
 window.voiceApp = app; // for tests and the curious
 
 // --- notices ----------------------------------------------------------------------------------
-
-let noticeTimer = null;
-
-function showNotice(kind, title, body, { retry = false, autoHideMs = 0 } = {}) {
-  const n = $("notice");
-  n.dataset.kind = kind;
-  $("notice-title").textContent = title;
-  $("notice-body").textContent = body;
-  $("retry").hidden = !retry;
-  n.hidden = false;
-  clearTimeout(noticeTimer);
-  if (autoHideMs) noticeTimer = setTimeout(hideNotice, autoHideMs);
-}
-
-function hideNotice() {
-  $("notice").hidden = true;
-  delete $("notice").dataset.kind;
-}
 
 function showUnreachable() {
   showNotice("unreachable", "Server unreachable.",
@@ -129,7 +114,7 @@ function wire(client) {
     setConnState(state);
     if (state === State.RECONNECTING) {
       showNotice("reconnecting", "Connection lost.", "Reconnecting…");
-    } else if (state === State.CONNECTED && $("notice").dataset.kind === "reconnecting") {
+    } else if (state === State.CONNECTED && noticeKind() === "reconnecting") {
       hideNotice();
     }
     if (state === State.CLOSED) {
@@ -149,23 +134,21 @@ function wire(client) {
   on("reconnected", ({ historyRecovered }) => addTimeline("info",
     historyRecovered ? "Reconnected — conversation restored" : "Reconnected — new conversation"));
   on("mic", ({ active }) => setMic(active));
-  on("phase", ({ phase }) => onPhase(phase));
-  on("speech-start", onSpeechStart);
-  on("speech-end", () => {
-    if (app.turn) app.turn.speechEndAt = performance.now();
-  });
-  on("transcript", ({ text, isFinal }) => onTranscript(text, isFinal !== false));
-  on("llm-chunk", ({ content }) => onAgentText(content ?? "", false));
-  on("assistant-transcript", ({ text }) => onAgentText(text ?? "", true));
-  on("llm", ({ text }) => onAgentText(text ?? "", true));
-  on("tts-start", onTtsStart);
-  on("tts-complete", () => finishAgent(false));
-  on("tts-cancelled", () => finishAgent(true));
-  on("tool-call-start", onToolStart);
-  on("tool-call-end", onToolEnd);
+  on("phase", ({ phase }) => view.onPhase(phase));
+  on("speech-start", () => view.onSpeechStart());
+  on("speech-end", () => view.speechEnded());
+  on("transcript", ({ text, isFinal }) => view.onTranscript(text, isFinal !== false));
+  on("llm-chunk", ({ content }) => view.onAgentText(content ?? "", false));
+  on("assistant-transcript", ({ text }) => view.onAgentText(text ?? "", true));
+  on("llm", ({ text }) => view.onAgentText(text ?? "", true));
+  on("tts-start", () => view.onTtsStart());
+  on("tts-complete", () => view.finishAgent(false));
+  on("tts-cancelled", () => view.finishAgent(true));
+  on("tool-call-start", (msg) => onToolStart(app.toolItems, msg));
+  on("tool-call-end", (msg) => onToolEnd(app.toolItems, msg));
   on("stage-change", onStageChange);
-  on("metrics", onMetrics);
-  on("turn-metrics", onMetrics);
+  on("metrics", (m) => view.onMetrics(m));
+  on("turn-metrics", (m) => view.onMetrics(m));
   on("error", ({ code, message }) => {
     if (code === "CONNECTION_FAILED") return; // connect() shows "server unreachable"
     if (code === "RECONNECT_FAILED") {
@@ -211,7 +194,7 @@ async function toggleTalk() {
   if (!client) return;
   try {
     await client.startMic();
-    if ($("notice").dataset.kind?.startsWith("mic")) hideNotice();
+    if (noticeKind()?.startsWith("mic")) hideNotice();
   } catch {
     // the client's `error` event has already shown the message
   }
@@ -239,315 +222,29 @@ async function sendTyped(event) {
   }
 }
 
-// --- conversation -----------------------------------------------------------------------------
-
-function bubble(role) {
-  $("empty").hidden = true;
-  const li = document.createElement("li");
-  li.className = `bubble ${role}`;
-  const text = document.createElement("p");
-  text.className = "text";
-  li.append(text);
-  $("conversation").append(li);
-  li.scrollIntoView({ block: "end", behavior: "smooth" });
-  return li;
-}
-
-function newTurn() {
-  app.turn = { user: null, agent: null, speechEndAt: null, firstReplyAt: null, latency: null };
-  return app.turn;
-}
-
-function onSpeechStart() {
-  // a fresh turn begins, unless the previous user bubble is still an empty placeholder
-  const t = app.turn;
-  if (t && t.user && !t.agent && t.user.classList.contains("pending")) return;
-  const turn = newTurn();
-  turn.user = bubble("user");
-  turn.user.classList.add("interim", "pending");
-  turn.user.querySelector(".text").textContent = "…";
-}
-
-function onTranscript(text, isFinal) {
-  let turn = app.turn;
-  if (!turn || turn.agent || !turn.user || !turn.user.classList.contains("interim")) {
-    turn = newTurn();
-    turn.user = bubble("user");
-  }
-  const li = turn.user;
-  li.classList.remove("pending");
-  li.classList.toggle("interim", !isFinal);
-  li.querySelector(".text").textContent = text;
-  if (isFinal) {
-    announce("You", text);
-    showThinking();
-  }
-  if (isFinal && !turn.speechEndAt) turn.speechEndAt = performance.now();
-}
-
-function agentBubble() {
-  let turn = app.turn ?? newTurn();
-  if (turn.agent && turn.agent.classList.contains("done")) turn = newTurn();
-  if (turn.user && turn.user.classList.contains("pending")) {
-    turn.user.remove();
-    turn.user = null;
-  }
-  if (!turn.agent) {
-    turn.agent = bubble("agent");
-    turn.agent.classList.add("streaming");
-    turn.firstReplyAt = performance.now();
-  }
-  app.agentTurn = turn;
-  return turn.agent;
-}
-
-/** Say a finished utterance once to screen readers (the bubbles themselves are not live). */
-function announce(who, text) {
-  if (text) $("announce").textContent = `${who}: ${text}`;
-}
-
-/** What the conversation is doing (llmrtc.js `phase`): an indicator, and while the agent
- * thinks a placeholder bubble that its first words replace. */
-function onPhase(phase) {
-  const el = $("phase");
-  el.dataset.phase = phase;
-  el.textContent = PHASE_LABELS[phase] ?? "";
-  el.hidden = !PHASE_LABELS[phase];
-  document.body.dataset.phase = phase;
-  const pending = app.turn?.agent;
-  if (phase === "thinking") {
-    showThinking();
-  } else if (phase !== "agent-speaking" && pending?.classList.contains("thinking")) {
-    pending.remove(); // the turn ended without an answer (an error, or the user spoke on)
-    app.turn.agent = null;
-  }
-}
-
-/** The placeholder goes under the user's final words (which may arrive just after). */
-function showThinking() {
-  const t = app.turn;
-  if (app.client?.phase !== "thinking" || !t?.user || t.agent
-    || t.user.classList.contains("interim") || t.user.classList.contains("pending")) return;
-  const li = agentBubble();
-  li.classList.add("thinking");
-  li.querySelector(".text").textContent = "…";
-}
-
-function onAgentText(text, complete) {
-  const li = agentBubble();
-  const p = li.querySelector(".text");
-  if (li.classList.contains("thinking")) {
-    li.classList.remove("thinking");
-    p.textContent = "";
-  }
-  if (complete) {
-    // the full text replaces the streamed one (unless it was cut: keep what was heard)
-    if (!li.classList.contains("interrupted")) p.textContent = text;
-    li.classList.remove("streaming");
-    announce("Agent", p.textContent);
-  } else {
-    p.textContent += text;
-  }
-  li.scrollIntoView({ block: "end" });
-}
-
-function onTtsStart() {
-  const li = agentBubble();
-  li.classList.add("speaking");
-  const turn = app.agentTurn;
-  if (turn.speechEndAt && !turn.latency) {
-    turn.latency = { clientMs: Math.round(performance.now() - turn.speechEndAt) };
-    renderLatency(turn);
-  }
-}
-
-function finishAgent(interrupted) {
-  // the user's speech-start comes before tts-cancelled (spec: "Barge-in"), so the reply to mark
-  // belongs to the previous turn: the last one that had an agent bubble
-  const li = app.agentTurn?.agent;
-  if (!li || (li.classList.contains("done") && !interrupted)) return;
-  li.classList.remove("speaking", "streaming");
-  li.classList.add("done");
-  if (interrupted && !li.classList.contains("interrupted")) {
-    li.classList.add("interrupted");
-    const mark = document.createElement("span");
-    mark.className = "mark";
-    mark.textContent = "interrupted";
-    metaLine(li).append(mark);
-  }
-}
-
-/** The small line under an agent bubble holding its latency and "interrupted" mark. */
-function metaLine(li) {
-  let meta = li.querySelector(".meta");
-  if (!meta) {
-    meta = document.createElement("div");
-    meta.className = "meta";
-    li.append(meta);
-  }
-  return meta;
-}
-
-function onMetrics(m) {
-  // server-measured per-turn latency (our additive `metrics` / `turn-metrics` message)
-  const turn = app.agentTurn;
-  if (!turn || !turn.agent) return;
-  turn.latency = { ...(turn.latency ?? {}), server: m };
-  renderLatency(turn);
-}
-
-function renderLatency(turn) {
-  const li = turn.agent;
-  if (!li || !turn.latency) return;
-  let el = li.querySelector(".latency");
-  if (!el) {
-    el = document.createElement("span");
-    el.className = "latency";
-    metaLine(li).prepend(el);
-  }
-  const s = turn.latency.server;
-  const ms = (v) => (typeof v === "number" ? `${Math.round(v)} ms` : null);
-  if (s) {
-    const parts = [
-      ms(s.firstAudioMs ?? s.voiceToVoiceMs) && `reply ${ms(s.firstAudioMs ?? s.voiceToVoiceMs)}`,
-      ms(s.endOfTurnMs) && `turn end ${ms(s.endOfTurnMs)}`,
-      ms(s.sttMs) && `STT ${ms(s.sttMs)}`,
-      ms(s.llmTtftMs) && `LLM ${ms(s.llmTtftMs)}`,
-      ms(s.ttsFirstAudioMs) && `TTS ${ms(s.ttsFirstAudioMs)}`,
-    ].filter(Boolean);
-    el.textContent = parts.join(" · ");
-    el.title = "measured by the server" +
-      (s.endOfTurn ? `; your turn was judged over: ${s.endOfTurn}` : "");
-  } else {
-    el.textContent = `reply ≈ ${turn.latency.clientMs} ms`;
-    el.title = "from the end of your speech to the agent's first audio, measured in this page";
-  }
-}
-
-// --- timeline ---------------------------------------------------------------------------------
-
-function addTimeline(kind, text, detail) {
-  $("timeline-empty").hidden = true;
-  const li = document.createElement("li");
-  li.className = `event ${kind}`;
-  const time = document.createElement("time");
-  time.textContent = new Date().toLocaleTimeString([], { hour: "2-digit", minute: "2-digit",
-    second: "2-digit" });
-  const label = document.createElement("span");
-  label.className = "label";
-  label.textContent = text;
-  li.append(time, label);
-  if (detail) {
-    const d = document.createElement("code");
-    d.className = "detail";
-    d.textContent = detail;
-    li.append(d);
-  }
-  $("timeline").append(li);
-  li.scrollIntoView({ block: "nearest" });
-  return li;
-}
-
-function short(value, max = 80) {
-  let s;
-  try {
-    s = typeof value === "string" ? value : JSON.stringify(value);
-  } catch {
-    s = String(value);
-  }
-  return s && s.length > max ? `${s.slice(0, max - 1)}…` : s ?? "";
-}
-
-function onToolStart({ name, callId, arguments: args }) {
-  const li = addTimeline("tool running", `${name}()`, short(args ?? {}));
-  app.toolItems.set(callId, li);
-}
-
-function onToolEnd({ callId, result, error, durationMs }) {
-  const li = app.toolItems.get(callId) ?? addTimeline("tool", "tool call");
-  app.toolItems.delete(callId);
-  li.classList.remove("running");
-  li.classList.add(error ? "failed" : "ok");
-  const out = document.createElement("span");
-  out.className = "outcome";
-  const took = typeof durationMs === "number" ? ` · ${Math.round(durationMs)} ms` : "";
-  out.textContent = error ? `✗ ${short(error)}${took}` : `✓ ${short(result)}${took}`;
-  li.append(out);
-}
-
-function onStageChange({ from, to, reason }) {
-  addTimeline("stage-change", `${from || "start"} → ${to}`, reason || "");
-  const stage = $("stage");
-  stage.hidden = false;
-  stage.textContent = to;
-}
-
-// --- playbooks --------------------------------------------------------------------------------
-
-/** Fill the picker from GET /playbooks; hidden on 404 or with fewer than two playbooks. */
-async function loadPlaybooks() {
-  let list;
-  let serverDefault;
-  try {
-    const res = await fetch(new URL("playbooks", location.href), {
-      headers: { accept: "application/json" },
-    });
-    if (!res.ok) return;
-    const body = await res.json();
-    // voice_server answers {default, playbooks: [{id, description, ...}]}; a bare list works too
-    list = Array.isArray(body) ? body : Array.isArray(body?.playbooks) ? body.playbooks : [];
-    serverDefault = Array.isArray(body) ? undefined : body?.default;
-  } catch {
-    return;
-  }
-  const items = list.map((p) => (typeof p === "string" ? { id: p, name: p }
-    : { id: String(p.id ?? p.name ?? ""), name: String(p.name ?? p.title ?? p.id ?? ""),
-      description: p.description ?? "" })).filter((p) => p.id);
-  if (items.length < 2) return;
-  const select = $("playbook");
-  if (serverDefault === null) {
-    // the server runs without a playbook unless asked: offer that too
-    items.unshift({ id: "", name: "No playbook", description: "the plain assistant" });
-  }
-  for (const p of items) {
-    const opt = document.createElement("option");
-    opt.value = p.id;
-    opt.textContent = p.name;
-    if (p.description) opt.title = p.description;
-    select.append(opt);
-  }
-  if (app.playbook && items.some((p) => p.id === app.playbook)) select.value = app.playbook;
-  else if (serverDefault && items.some((p) => p.id === serverDefault)) select.value = serverDefault;
-  app.playbook = select.value;
-  $("playbook-picker").hidden = false;
-  select.addEventListener("change", async () => {
-    app.playbook = select.value;
-    const wasTalking = app.micOn;
-    app.client?.close();
-    app.client = null;
-    app.turn = null;
-    app.agentTurn = null;
-    addTimeline("info", `Playbook: ${select.selectedOptions[0]?.textContent ?? app.playbook}`);
-    const client = await connect();
-    if (client && wasTalking) await toggleTalk();
-  });
-}
+// --- sessions ---------------------------------------------------------------------------------
 
 /** Clear the view and start a fresh session (the old one is left to expire on the server). */
 async function newConversation() {
   const wasTalking = app.micOn;
   app.client?.close();
   app.client = null;
-  app.turn = null;
-  app.agentTurn = null;
+  view.reset({ clear: true });
   app.toolItems.clear();
-  $("conversation").replaceChildren();
-  $("timeline").replaceChildren();
-  $("timeline-empty").hidden = false;
-  $("stage").hidden = true;
-  $("announce").textContent = "";
-  $("empty").hidden = false;
+  clearTimeline();
   hideNotice();
+  const client = await connect();
+  if (client && wasTalking) await toggleTalk();
+}
+
+/** Another playbook was picked: a new session with it (the view is kept). */
+async function switchPlaybook(id, label) {
+  app.playbook = id;
+  const wasTalking = app.micOn;
+  app.client?.close();
+  app.client = null;
+  view.reset();
+  addTimeline("info", `Playbook: ${label}`);
   const client = await connect();
   if (client && wasTalking) await toggleTalk();
 }
@@ -569,4 +266,7 @@ if (matchMedia("(max-width: 760px)").matches) $("timeline-box").open = false;
 window.addEventListener("pagehide", () => app.client?.close());
 setConnState("idle");
 requestAnimationFrame(meterLoop);
-app.ready = loadPlaybooks().then(connect);
+app.ready = loadPlaybooks(app.playbook, switchPlaybook).then((playbook) => {
+  app.playbook = playbook;
+  return connect();
+});

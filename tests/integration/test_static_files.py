@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import re
 import urllib.error
 import urllib.request
 from pathlib import Path
+from urllib.parse import urljoin
 
 import pytest
+
+from voice_server.server.static import CLIENT_MODULES, PAGE_MODULES, ROUTES
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +37,9 @@ async def get(server, path: str, **headers: str) -> tuple[int, dict[str, str], b
     ("/", "index.html", "no-cache"),
     ("/app.js", "app.js", "no-cache"),
     ("/style.css", "style.css", "no-cache"),
-    ("/client/llmrtc.js", "llmrtc.js", "public, max-age=300"),
+    ("/client/llmrtc.js", "client/llmrtc.js", "public, max-age=300"),
+    ("/client/client.js", "client/client.js", "public, max-age=300"),
+    ("/page/conversation.js", "page/conversation.js", "no-cache"),
 ])
 async def test_compressed_validated_and_cached(scripted_server, path, name, cache):
     original = (WEB / name).read_bytes()
@@ -64,6 +70,36 @@ async def test_the_page_has_an_icon(scripted_server):
 
 
 async def test_unknown_files_are_404(scripted_server):
-    for path in ("/llmrtc.js.map", "/../pyproject.toml", "/client/app.js"):
+    for path in ("/llmrtc.js.map", "/../pyproject.toml", "/client/app.js", "/llmrtc.js",
+                 "/client/../app.js", "/client/client/llmrtc.js"):
         status, _, _ = await get(scripted_server, path)
         assert status == 404
+
+
+@pytest.mark.parametrize("folder,names,cache", [
+    ("client", CLIENT_MODULES, "public, max-age=300"),
+    ("page", PAGE_MODULES, "no-cache"),
+])
+def test_every_module_is_served(folder, names, cache):
+    """Each ES module in web_client/client/ (the client) and web_client/page/ (the page) has its
+    route, a module left out would 404 in the browser and break the import of llmrtc.js or
+    app.js; the client's are cached like llmrtc.js, the page's revalidated like app.js."""
+    on_disk = sorted(p.name for p in (WEB / folder).glob("*.js"))
+    assert sorted(names) == on_disk
+    for name in on_disk:
+        assert ROUTES[f"/{folder}/{name}"] == (f"{folder}/{name}", cache)
+
+
+def test_module_imports_resolve_to_served_modules():
+    """Every relative import in a served module names a served module (resolved as the browser
+    does, against the importing module's URL)."""
+    imported = set()
+    for path, (name, _) in ROUTES.items():
+        if not name.endswith(".js"):
+            continue
+        for target in re.findall(r'^(?:import|export) [^;]*? from "(\.\.?/[^"]+)";',
+                                 (WEB / name).read_text(), flags=re.MULTILINE | re.DOTALL):
+            url = urljoin(path, target)
+            assert url in ROUTES, (path, target)
+            imported.add(url)
+    assert {"/client/llmrtc.js", "/client/client.js", "/page/conversation.js"} <= imported

@@ -33,6 +33,14 @@ needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(),
                                     reason="needs Debian's chromium (apt-get install chromium)")
 
 
+def static_routes() -> dict[str, str]:
+    """URL path -> file in web_client/ of the page's scripts and styles and the client's
+    modules, as voice_server serves them (``server/static.py``), for the tests' own servers."""
+    from voice_server.server.static import ROUTES
+
+    return {path: name for path, (name, _) in ROUTES.items() if name.endswith((".js", ".css"))}
+
+
 def screenshot_path(name: str) -> str:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     return str(ARTIFACTS / name)

@@ -1,4 +1,4 @@
-"""Runs the Node unit tests of ``web_client/llmrtc.js`` (``node --test web_client/test/``)."""
+"""Runs the Node unit tests of the web client (``node --test web_client/test/``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_llmrtc_js_node_unit_tests() -> None:
-    """The whole Node test suite of llmrtc.js passes (dedupe, backoff, state, routing)."""
+    """The whole Node test suite of the client passes (dedupe, backoff, state, routing, capture)."""
     node = shutil.which("node")
     if node is None:
         pytest.skip("node is not installed (apt-get install nodejs)")

@@ -1,8 +1,8 @@
 """The bundled page in real headless Chromium (Debian's, through Playwright), against a tiny
-server on 127.0.0.1 that serves ``web_client/`` like voice_server does (``/``, ``/app.js``,
-``/style.css``, ``/client/llmrtc.js``,
-``/playbooks``) plus a scripted llmrtc v1 peer on ``/ws`` that has no WebRTC, so the page uses
-the WebSocket path. Screenshots go to ``artifacts/web/``.
+server on 127.0.0.1 that serves ``web_client/`` like voice_server does (``/``, the page's
+scripts and the client's modules from ``server/static.py``'s routes, ``/playbooks``) plus a
+scripted llmrtc v1 peer on ``/ws`` that has no WebRTC, so the page uses the WebSocket path.
+Screenshots go to ``artifacts/web/``.
 """
 
 from __future__ import annotations
@@ -23,15 +23,14 @@ import pytest
 import pytest_asyncio
 from aiohttp import WSMsgType, web
 
-from tests.web.conftest import embed_example, serve_html
+from tests.web.conftest import embed_example, serve_html, static_routes
 
 ROOT = Path(__file__).resolve().parents[2]
 WEB = ROOT / "web_client"
 ARTIFACTS = ROOT / "artifacts" / "web"
 CHROMIUM = Path("/usr/bin/chromium")
 TIMEOUT = 10.0 * float(os.environ.get("TEST_TIME_FACTOR", "1"))
-# the routes voice_server serves from web_client/ (server/http.py)
-STATIC_ROUTES = {"/client/llmrtc.js": "llmrtc.js", "/app.js": "app.js", "/style.css": "style.css"}
+STATIC_ROUTES = static_routes()  # the page's files and the client's modules
 CONTENT_TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html"}
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(),

@@ -31,12 +31,18 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamTrack
 
 from tests.conftest import scaled
-from tests.web.conftest import ROOT, launch_chromium, needs_chromium, needs_netns, screenshot_path
+from tests.web.conftest import (
+    ROOT,
+    launch_chromium,
+    needs_chromium,
+    needs_netns,
+    screenshot_path,
+    static_routes,
+)
 
 WEB = ROOT / "web_client"
 TIMEOUT = scaled(15.0)
-# the routes voice_server serves from web_client/ (server/http.py)
-STATIC_ROUTES = {"/client/llmrtc.js": "llmrtc.js", "/app.js": "app.js", "/style.css": "style.css"}
+STATIC_ROUTES = static_routes()  # the page's files and the client's modules
 CONTENT_TYPES = {".js": "text/javascript", ".css": "text/css"}
 
 pytestmark = [needs_chromium, needs_netns]

@@ -132,7 +132,8 @@ class HttpRoutes:
                 report = {"status": report["status"]}
             answer = json_response(status, report)
             # a page whose WebSocket failed asks this to tell "origin refused" from "down"
-            # (llmrtc.js ``_whyNotOpened``): a CORS answer only to origins the WebSocket allows
+            # (``whyNotOpened`` in web_client/client/signaling.js): a CORS answer only to
+            # origins the WebSocket allows
             origin = request.headers.get("Origin")
             if origin and origin_allowed(origin, self._allowed, request.headers.get("Host")):
                 answer.headers["Access-Control-Allow-Origin"] = origin

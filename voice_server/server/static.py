@@ -1,7 +1,7 @@
 """The bundled page and the embeddable client, served as a browser expects: compressed (gzip
 when the request accepts it), with a strong ETag per representation so a revalidation costs a
 ``304`` without a body, and cache headers per file (the page revalidates every time; the
-client is shared by embedding sites and may be cached for five minutes).
+client's modules are shared by embedding sites and may be cached for five minutes).
 
 Files are read once and kept with their gzip form; a file changed on disk (development) is read
 again on its next request.
@@ -22,13 +22,25 @@ from websockets.http11 import Request, Response
 
 __all__ = ["StaticFiles"]
 
-# URL path -> (file name in the static folder, Cache-Control)
+# The embeddable client: ES modules in web_client/client/, served at /client/<name>. Embedding
+# sites import llmrtc.js, which imports the rest; all are cached alike.
+CLIENT_MODULES = (
+    "llmrtc.js", "client.js", "connection.js", "signaling.js", "peer.js", "capture.js",
+    "capture-worklet.js", "playback.js", "events.js", "router.js", "state.js", "scope.js",
+    "backoff.js", "codecs.js", "endpointer.js", "errors.js",
+)
+_CLIENT_CACHE = "public, max-age=300"
+# The bundled page's own modules (web_client/page/), imported by app.js; revalidated like it.
+PAGE_MODULES = ("conversation.js", "dom.js", "notices.js", "playbooks.js", "timeline.js")
+
+# URL path -> (file in the static folder, Cache-Control); anything else is 404
 ROUTES: dict[str, tuple[str, str]] = {
     "/": ("index.html", "no-cache"),
     "/index.html": ("index.html", "no-cache"),
     "/app.js": ("app.js", "no-cache"),
     "/style.css": ("style.css", "no-cache"),
-    "/client/llmrtc.js": ("llmrtc.js", "public, max-age=300"),
+    **{f"/page/{name}": (f"page/{name}", "no-cache") for name in PAGE_MODULES},
+    **{f"/client/{name}": (f"client/{name}", _CLIENT_CACHE) for name in CLIENT_MODULES},
     "/favicon.svg": ("favicon.svg", "public, max-age=86400"),
     "/favicon.ico": ("favicon.svg", "public, max-age=86400"),  # browsers ask for it unbidden
 }

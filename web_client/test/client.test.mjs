@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { State, VoiceClient } from "../llmrtc.js";
+import { State, VoiceClient } from "../client/llmrtc.js";
 import {
   FakeServer, fakeMicStream, nextEvent, peerFactory, recordEvents,
 } from "./fakes.mjs";

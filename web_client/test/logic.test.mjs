@@ -1,11 +1,17 @@
-// Pure logic of llmrtc.js: state machine, backoff, payload dedupe, WAV, endpointing.
+// Pure logic of the client's modules: state machine, backoff, payload dedupe and effects, WAV,
+// endpointing; and the names llmrtc.js exports.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import {
-  Backoff, Endpointer, PayloadRouter, State, StateMachine, base64ToBytes, bytesToBase64,
-  downsample, encodeWav, fnv1a,
-} from "../llmrtc.js";
+import { Backoff } from "../client/backoff.js";
+import { CAPTURE_PROCESSOR, FrameBatcher } from "../client/capture-worklet.js";
+import { base64ToBytes, bytesToBase64, downsample, encodeWav } from "../client/codecs.js";
+import { Endpointer } from "../client/endpointer.js";
+import { VoiceClientError } from "../client/errors.js";
+import { payloadEffects } from "../client/events.js";
+import * as llmrtc from "../client/llmrtc.js";
+import { PayloadRouter, fnv1a } from "../client/router.js";
+import { Phase, State, StateMachine, nextPhase } from "../client/state.js";
 
 test("state machine follows the lifecycle and records its history", () => {
   const m = new StateMachine();
@@ -206,8 +212,7 @@ test("endpointer flush hands over a running utterance", () => {
   assert.equal(e.flush().length, 20);
 });
 
-test("phase follows the connection and the turn", async () => {
-  const { Phase, nextPhase } = await import("../llmrtc.js");
+test("phase follows the connection and the turn", () => {
   const walk = (events) => events.reduce((acc, e) => [...acc, nextPhase(acc.at(-1), e)],
     [Phase.IDLE]).slice(1);
   const m = (type, extra = {}) => ({ message: { type, ...extra } });
@@ -235,4 +240,62 @@ test("phase follows the connection and the turn", async () => {
   assert.equal(nextPhase(Phase.LISTENING, { state: "reconnecting" }), Phase.RECONNECTING);
   assert.equal(nextPhase(Phase.RECONNECTING, { state: "closed", failed: true }), Phase.ERROR);
   assert.equal(nextPhase(Phase.LISTENING, { state: "closed" }), Phase.IDLE);
+});
+
+test("llmrtc.js exports the public API, the names it always had", () => {
+  assert.deepEqual(Object.keys(llmrtc).sort(), [
+    "Backoff", "ChunkPlayer", "Endpointer", "PROTOCOL_VERSION", "PayloadRouter", "Phase",
+    "State", "StateMachine", "VoiceClient", "VoiceClientError", "base64ToBytes", "bytesToBase64",
+    "downsample", "encodeWav", "fnv1a", "nextPhase", "rms",
+  ]);
+  assert.equal(llmrtc.PROTOCOL_VERSION, 1);
+});
+
+test("payload effects: events, errors, audio played or silenced", () => {
+  const idle = { resuming: false, remoteAudio: false };
+  const none = { event: null, error: null, play: false, stop: false };
+  assert.deepEqual(payloadEffects({ type: "transcript", text: "hi" }, idle),
+    { ...none, event: "transcript" });
+  assert.deepEqual(payloadEffects({ type: "something-new" }, idle), none);
+  assert.deepEqual(payloadEffects({ type: "tts-chunk", data: "AAA=" }, idle),
+    { ...none, event: "tts-chunk", play: true });
+  assert.deepEqual(payloadEffects({ type: "tts-chunk", data: "AAA=" },
+    { ...idle, remoteAudio: true }), { ...none, event: "tts-chunk" }, "WebRTC plays it already");
+  assert.deepEqual(payloadEffects({ type: "tts", data: "" }, idle), { ...none, event: "tts" });
+  assert.deepEqual(payloadEffects({ type: "tts-cancelled" }, idle),
+    { ...none, event: "tts-cancelled", stop: true });
+  const { error } = payloadEffects({ type: "error", code: "LLM_ERROR", message: "down" }, idle);
+  assert.ok(error instanceof VoiceClientError);
+  assert.deepEqual([error.code, error.message, error.recoverable], ["LLM_ERROR", "down", true]);
+  assert.equal(payloadEffects({ type: "error" }, idle).error.code, "INTERNAL_ERROR");
+  // expected answers, not failures: a refused resume, and no WebRTC (the fallback is taken)
+  assert.deepEqual(payloadEffects({ type: "error", code: "SESSION_NOT_FOUND" },
+    { ...idle, resuming: true }), none);
+  assert.equal(payloadEffects({ type: "error", code: "SESSION_NOT_FOUND" }, idle).error.code,
+    "SESSION_NOT_FOUND");
+  assert.deepEqual(payloadEffects({ type: "error", code: "WEBRTC_UNAVAILABLE" }, idle), none);
+});
+
+test("the capture worklet batches 128-sample blocks into whole frames, in order", () => {
+  const batcher = new FrameBatcher(300);
+  const block = (start) => Float32Array.from({ length: 128 }, (_, i) => start + i);
+  const frames = [];
+  for (let b = 0; b < 7; b++) frames.push(...batcher.push(block(b * 128)));
+  // 7 * 128 = 896 samples: two frames of 300, 296 waiting for the next block
+  assert.equal(frames.length, 2);
+  assert.deepEqual(frames.map((f) => [f.length, f[0], f[299]]), [[300, 0, 299], [300, 300, 599]]);
+  const next = batcher.push(block(896));
+  assert.deepEqual(next.map((f) => [f.length, f[0], f[299]]), [[300, 600, 899]]);
+  assert.notEqual(next[0].buffer, frames[1].buffer, "each frame has its own buffer to transfer");
+  assert.deepEqual(batcher.push(new Float32Array(0)), []);
+  assert.throws(() => new FrameBatcher(0), RangeError);
+  assert.equal(CAPTURE_PROCESSOR, "llmrtc-capture");
+});
+
+test("the capture worklet's input is copied: the audio thread may reuse its block", () => {
+  const batcher = new FrameBatcher(4);
+  const reused = new Float32Array([1, 2]);
+  batcher.push(reused);
+  reused.set([3, 4]);
+  assert.deepEqual([...batcher.push(reused)[0]], [1, 2, 3, 4]);
 });

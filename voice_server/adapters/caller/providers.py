@@ -8,10 +8,9 @@ catalog the caller serves one provider ``local``: the server's configured chat p
 from __future__ import annotations
 
 import logging
-import os
 from concurrent.futures import Executor
 
-from voice_server.config import ConfigError, Settings
+from voice_server.config import ConfigError, Settings, env_value
 from voice_server.llm import LLMError
 from voice_server.llm.embeddings import MODEL_NAME as EMBED_MODEL
 from voice_server.llm.embeddings import MiniLMEmbeddingProvider
@@ -40,7 +39,7 @@ def build_runtimes(entries: dict[str, ProviderEntry] | None, settings: Settings,
     for key, entry in (entries or default_entries()).items():
         if entry.kind == "openai":
             assert entry.baseUrl and entry.defaultModel
-            api_key = os.environ.get(entry.apiKeyEnv) if entry.apiKeyEnv else None
+            api_key = env_value(entry.apiKeyEnv) if entry.apiKeyEnv else None
             provider = OpenAICompatProvider(
                 name=key, base_url=entry.baseUrl, api_key=api_key,
                 default_model=entry.defaultModel, embedding_model=entry.defaults.get("embed"),

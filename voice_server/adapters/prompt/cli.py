@@ -11,12 +11,12 @@ import argparse
 import asyncio
 import json
 import logging
-import os
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
+from ...config import config_file_from_env, env_value
 from .codec import parse_run_request
 from .errors import PromptError, ToolNotFound
 from .factory import PROVIDERS
@@ -38,7 +38,7 @@ class _CLIError(Exception):
 
 def _add_store_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", metavar="DSN_OR_PATH",
-                        default=os.environ.get("VOICE_SERVER_PROMPT_DB"),
+                        default=env_value("VOICE_SERVER_PROMPT_DB"),
                         help="tool store: postgres:// DSN or SQLite file (env "
                              "VOICE_SERVER_PROMPT_DB; default: DATA_DIR/prompt-tools.sqlite3)")
     parser.add_argument("--data-dir", metavar="DIR", default=None,
@@ -49,7 +49,7 @@ def _add_store_flags(parser: argparse.ArgumentParser) -> None:
 def _add_service_flags(parser: argparse.ArgumentParser) -> None:
     _add_store_flags(parser)
     parser.add_argument("--secrets-file", metavar="FILE",
-                        default=os.environ.get("VOICE_SERVER_PROMPT_SECRETS_FILE"),
+                        default=env_value("VOICE_SERVER_PROMPT_SECRETS_FILE"),
                         help="API-key secrets: a JSON object or NAME=VALUE lines, consulted "
                              "before environment variables (default: DATA_DIR/secrets.env)")
     parser.add_argument("--config", metavar="FILE",
@@ -142,7 +142,7 @@ def _main(coro: Any) -> int:
 def _settings(args: argparse.Namespace) -> Any:
     from ...config import load_settings
 
-    config = args.config or os.environ.get("VOICE_SERVER_CONFIG")
+    config = args.config or config_file_from_env()
     return load_settings(config) if config else None
 
 

@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from ulid import ULID
 
+from ...config import data_dir_from_env
 from ...llm.errors import LLMError
 from ...llm.types import ChatRequest
 from .codec import RunRequest, build_response, normalize_input
 from .errors import PromptError, from_llm_error
 from .factory import Builder, LLMFactory
-from .store import ToolConfig, ToolStore, default_data_dir, open_store
+from .store import ToolConfig, ToolStore, open_store
 from .vault import EnvFileVault, SecretVault
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ async def open_service(*, db: str | None = None, data_dir: str | Path | None = N
     """Open the store, the default vault and the factory; close them all on exit. The secrets
     file defaults to ``secrets.env`` in the data directory (used only if it exists)."""
     if secrets_file is None:
-        secrets_file = Path(data_dir or default_data_dir()) / DEFAULT_SECRETS_FILE
+        secrets_file = Path(data_dir or data_dir_from_env()) / DEFAULT_SECRETS_FILE
     async with open_store(db, data_dir=data_dir) as store:
         factory = LLMFactory(settings, builders=builders)
         try:

@@ -28,12 +28,12 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 
 
-class _CLIError(Exception):
+class _CLIError(PromptError):
     """A one-line error for the user, with its exit code."""
 
-    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
+    def __init__(self, message: str, exit_code: int = EXIT_ERROR) -> None:
         super().__init__(message)
-        self.code = code
+        self.exit_code = exit_code
 
 
 def _add_store_flags(parser: argparse.ArgumentParser) -> None:
@@ -128,7 +128,7 @@ def _main(coro: Any) -> int:
         return asyncio.run(coro)
     except _CLIError as exc:
         print(f"voice-server prompt: {exc}", file=sys.stderr)
-        return exc.code
+        return exc.exit_code
     except PromptError as exc:
         print(f"voice-server prompt: {exc.code}: {exc}", file=sys.stderr)
         return EXIT_ERROR

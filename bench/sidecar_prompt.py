@@ -59,11 +59,11 @@ class InstantProvider:
         return None
 
 
-BUILDERS = {"instant": lambda config, key: InstantProvider()}
+KINDS = {"instant": lambda spec, registry: InstantProvider()}
 
 
 async def _prepare(db: str) -> None:
-    async with open_service(db=db, builders=BUILDERS) as service:
+    async with open_service(db=db, kinds=KINDS) as service:
         await service.store.put(ToolConfig(name="instant", provider="instant", model="instant-1"))
 
 
@@ -73,7 +73,7 @@ def _serve(db: str, conn: Any) -> None:
         os.sched_setaffinity(0, {0})
 
     async def main() -> None:
-        async with open_service(db=db, builders=BUILDERS) as service, \
+        async with open_service(db=db, kinds=KINDS) as service, \
                 PromptSidecar(service, port=0, grpc_port=0) as sidecar:
             conn.send((sidecar.port, sidecar.grpc_port))
             await asyncio.get_running_loop().run_in_executor(None, conn.recv)
@@ -149,7 +149,7 @@ async def _throughput(one: Any, n: int, concurrency: int) -> dict[str, Any]:
 async def _in_process(db: str, n: int) -> dict[str, Any]:
     from voice_server.adapters.prompt import parse_run_request
 
-    async with open_service(db=db, builders=BUILDERS) as service:
+    async with open_service(db=db, kinds=KINDS) as service:
         samples = []
         for _ in range(n):
             start = time.perf_counter()

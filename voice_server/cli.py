@@ -15,7 +15,7 @@ import types
 import typing
 from collections.abc import Sequence
 
-from .config import ConfigError, Settings, load_settings
+from .config import ConfigError, Settings, config_file_from_env, load_settings
 
 __all__ = ["main"]
 
@@ -56,11 +56,8 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
-    import os
-
     flags = {name: getattr(args, name, None) for name in Settings.model_fields}
-    return load_settings(getattr(args, "config", None) or os.environ.get("VOICE_SERVER_CONFIG"),
-                         **flags)
+    return load_settings(getattr(args, "config", None) or config_file_from_env(), **flags)
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -1,12 +1,17 @@
 """One typed Settings object: defaults < config file (YAML/TOML/JSON) < VOICE_SERVER_* env < flags.
 
-Every default works offline on 2 cores with the bundled models.
+Every default works offline on 2 cores with the bundled models. This module is the only one of
+the package that reads the process environment: ``Settings`` reads the ``VOICE_SERVER_*``
+variables, and the functions at the end read the rest (the config file's variable, the data
+directory, the sidecars' own variables and names a configuration chooses, such as the variable
+holding an API key). A test keeps it so (tests/unit/test_environment_reads.py).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -15,7 +20,15 @@ import yaml
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, NoDecode, SettingsConfigDict
 
-__all__ = ["ConfigError", "Settings", "load_settings", "read_config_file"]
+__all__ = [
+    "ConfigError",
+    "Settings",
+    "config_file_from_env",
+    "data_dir_from_env",
+    "env_value",
+    "load_settings",
+    "read_config_file",
+]
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a friendly voice assistant. Answer in one or two short, plain sentences."
@@ -350,3 +363,26 @@ def load_settings(config_file: str | Path | None = None, **flags: Any) -> Settin
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     return Settings.model_construct(**layered.model_dump())
+
+
+# ---- the process environment (besides Settings' VOICE_SERVER_* variables) -------------------
+
+def env_value(name: str) -> str | None:
+    """The process environment's variable ``name`` (None when unset), read when called: the
+    sidecars' own variables (``LLM_CALLER_*``, ``VOICE_SERVER_PROMPT_*``) and variables a
+    configuration names (a provider's ``apiKeyEnv``, a prompt tool's secret)."""
+    return os.environ.get(name)
+
+
+def config_file_from_env() -> str | None:
+    """``VOICE_SERVER_CONFIG``: the settings file of every command given no ``--config``."""
+    return os.environ.get("VOICE_SERVER_CONFIG")
+
+
+def data_dir_from_env() -> Path:
+    """Where commands keep their files: ``$VOICE_SERVER_DATA_DIR``, else
+    ``$XDG_DATA_HOME/voice-server``, else ``~/.local/share/voice-server``."""
+    if os.environ.get("VOICE_SERVER_DATA_DIR"):
+        return Path(os.environ["VOICE_SERVER_DATA_DIR"])
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "voice-server"

@@ -154,7 +154,7 @@ async def _timed(name: str, work: Callable[[], Awaitable[str]], fix: str) -> Che
 async def _model_checks(settings: Settings) -> list[Check]:
     from .compute import ComputePool
     from .llm import ChatRequest
-    from .llm.factory import build_router
+    from .llm.registry import build_router
     from .pipeline.audio import resample
     from .pipeline.stt import WhisperSTT
     from .pipeline.tts import PiperTTS

@@ -11,7 +11,7 @@ from voice_server.adapters.host import HostClient
 from voice_server.adapters.launch import launch_sidecars
 from voice_server.config import ConfigError, Settings
 from voice_server.llm import LLMError
-from voice_server.llm.factory import build_router
+from voice_server.llm.registry import build_router
 
 
 async def test_launch_both_sidecars_from_config(fake_router, tmp_path):

@@ -13,7 +13,7 @@ from tests.conftest import scaled
 from tests.scale.conftest import free_port
 from tests.support.fake_openai import Reply
 from voice_server.config import DEFAULT_APOLOGY, load_settings
-from voice_server.llm.factory import build_router
+from voice_server.llm.registry import build_router
 from voice_server.pipeline.stt import STTError
 from voice_server.pipeline.turn import ChatResponder
 from voice_server.workers import WorkerCallFailed

@@ -13,12 +13,11 @@ import asyncio
 import contextlib
 import importlib
 import logging
-import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
 
-from ..config import Settings, load_settings
+from ..config import Settings, config_file_from_env, load_settings
 
 __all__ = [
     "add_llm_flags",
@@ -54,8 +53,7 @@ def add_llm_flags(parser: argparse.ArgumentParser) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     flags = {name: getattr(args, name, None) for name in _LLM_FLAGS}
-    return load_settings(getattr(args, "config", None) or os.environ.get("VOICE_SERVER_CONFIG"),
-                         **flags)
+    return load_settings(getattr(args, "config", None) or config_file_from_env(), **flags)
 
 
 def run_async(main: Callable[[], Awaitable[int]], log_level: str = "INFO") -> int:

@@ -75,7 +75,7 @@ def _schema(args: argparse.Namespace) -> int:
 
 def _chat(args: argparse.Namespace) -> int:
     from ..cli import settings_from_args
-    from ..llm.factory import build_router
+    from ..llm.registry import build_router
 
     try:
         playbook = load_playbook(args.file)

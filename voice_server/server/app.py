@@ -23,7 +23,7 @@ from .. import __version__
 from ..compute import ComputePool
 from ..config import Settings
 from ..llm import ChatRequest, LLMError
-from ..llm.factory import build_router
+from ..llm.registry import build_router
 from ..metrics import Metrics, TurnRecord, session_tag
 from ..pipeline.answer_guard import AnswerGuard
 from ..pipeline.chunker import SentenceChunker

@@ -407,6 +407,8 @@ def _spawn(stage: str, spec: ServiceSpec, threads: int) -> tuple[subprocess.Pope
     ``multiprocessing``'s spawn, which runs the server's main module again in the child."""
     ours, theirs = socket.socketpair()
     with ours, theirs:
+        # the child inherits the whole environment (not a read of settings: config.py owns
+        # those), with our import path so it finds this package however we were started
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         proc = subprocess.Popen(
             [sys.executable, "-m", "voice_server.workers", stage, str(theirs.fileno())],

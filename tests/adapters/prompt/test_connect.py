@@ -255,10 +255,10 @@ async def test_unexpected_failure_is_generic(store, fake):
     """A crash inside a provider builder answers internal "internal error", no traceback."""
     from voice_server.adapters.prompt import EnvFileVault, LLMFactory, PromptService
 
-    def explode(config, key):
+    def explode(spec, registry):
         raise RuntimeError("boom sk-secret")
 
-    factory = LLMFactory(builders={"explode": explode})
+    factory = LLMFactory(kinds={"explode": explode})
     await store.put(ToolConfig(name="x", provider="explode", model="m"))
     service = PromptService(store, EnvFileVault(environ={}), factory)
     async with PromptSidecar(service, port=0, grpc_port=None) as sidecar, \

@@ -39,7 +39,7 @@ def _run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
 
     async def main() -> int:
-        from ...llm.factory import build_router
+        from ...llm.registry import build_router
         from .service import BrokerOptions
         from .sidecar import BrokerSidecarConfig, run_sidecar
 

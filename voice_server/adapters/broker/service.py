@@ -19,7 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...llm import ChatRequest, LLMError, LLMRouter
+from ...llm import ChatRequest, LLMRouter
+from .errors import BrokerError
 from .messages import (
     ChatCompletion,
     ModelUsage,
@@ -33,7 +34,7 @@ from .messages import (
 __all__ = ["BrokerOptions", "BrokerService", "CompletionLog", "UnknownModel", "prompt_messages"]
 
 
-class UnknownModel(LLMError):
+class UnknownModel(BrokerError):
     """The request names a model the broker is not configured to serve."""
 
 

@@ -11,12 +11,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from voice_server.config import ConfigError, load_settings
+from voice_server.config import ConfigError, config_file_from_env, env_value, load_settings
 
 from .config import (
     CallerConfigError,
@@ -42,14 +41,14 @@ def add_sidecar_parser(sidecars: argparse._SubParsersAction) -> None:
     p.add_argument("--stdio", action="store_true",
                    help="serve the MCP tools over stdin/stdout instead of HTTP")
     p.add_argument("--client-registry", metavar="FILE",
-                   default=os.environ.get("LLM_CALLER_CLIENT_REGISTRY"),
+                   default=env_value("LLM_CALLER_CLIENT_REGISTRY"),
                    help='{"clients": [{"toolId", "token", "allowedMethods"}]} '
                         "(env LLM_CALLER_CLIENT_REGISTRY)")
-    p.add_argument("--providers", metavar="FILE", default=os.environ.get("LLM_CALLER_PROVIDERS"),
+    p.add_argument("--providers", metavar="FILE", default=env_value("LLM_CALLER_PROVIDERS"),
                    help='{"providers": {KEY: {"baseUrl", "defaultModel", "capabilities", '
                         '"defaults", "scores"} | {"kind": "local"}}} (env LLM_CALLER_PROVIDERS; '
                         "default: one provider 'local')")
-    p.add_argument("--token", default=os.environ.get("LLM_CALLER_TOKEN"),
+    p.add_argument("--token", default=env_value("LLM_CALLER_TOKEN"),
                    help="without a registry: the one accepted token (all methods); with "
                         "--stdio: the token whose client the stdio caller acts as "
                         "(env LLM_CALLER_TOKEN)")
@@ -61,7 +60,7 @@ def add_sidecar_parser(sidecars: argparse._SubParsersAction) -> None:
     p.add_argument("--retry-attempts", type=int, default=None,
                    help="chat attempts for TEMPORARY/RATE_LIMIT errors "
                         "(env LLM_CALLER_RETRY_ATTEMPTS; default 2)")
-    p.add_argument("--config", metavar="FILE", default=os.environ.get("VOICE_SERVER_CONFIG"),
+    p.add_argument("--config", metavar="FILE", default=config_file_from_env(),
                    help="server settings file (the local chat model)")
     p.set_defaults(func=run)
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from voice_server.config import env_value
 
 from .errors import CallerError
 
@@ -163,7 +164,7 @@ def load_providers(path: str | Path) -> dict[str, ProviderEntry]:
 
 
 def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
+    value = env_value(name)
     try:
         return int(value) if value not in (None, "") else default
     except ValueError as exc:
@@ -186,7 +187,7 @@ class CallerOptions:
     @classmethod
     def from_env(cls, **overrides: Any) -> CallerOptions:
         opts = cls(
-            host=os.environ.get("LLM_CALLER_HOST") or "127.0.0.1",
+            host=env_value("LLM_CALLER_HOST") or "127.0.0.1",
             port=_env_int("LLM_CALLER_PORT", 4037),
             rate_limit_max=_env_int("LLM_CALLER_RATE_LIMIT_MAX", 0),
             rate_limit_interval_ms=_env_int("LLM_CALLER_RATE_LIMIT_INTERVAL_MS", 60_000),

@@ -1,22 +1,20 @@
 """Turn the provider catalog into LLM-layer objects (``ProviderRuntime`` per key).
 
-Spec: specs/sidecar-llm-caller-mcp.md, "Dependencies and contracts" (provider catalog). With no
+Spec: specs/sidecar-llm-caller-mcp.md, "Dependencies and contracts" (provider catalog). Each
+entry becomes ``ProviderSpec``s built by the one ``llm.registry.ProviderRegistry``. With no
 catalog the caller serves one provider ``local``: the server's configured chat provider
-(the default of ``llm.factory.build_router``) plus the offline all-MiniLM-L6-v2 embedder.
+(``llm_provider`` of the settings) plus the offline all-MiniLM-L6-v2 embedder.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from concurrent.futures import Executor
 
-from voice_server.config import ConfigError, Settings
+from voice_server.config import Settings, env_value
 from voice_server.llm import LLMError
 from voice_server.llm.embeddings import MODEL_NAME as EMBED_MODEL
-from voice_server.llm.embeddings import MiniLMEmbeddingProvider
-from voice_server.llm.factory import build_router
-from voice_server.llm.openai_compat import OpenAICompatProvider
+from voice_server.llm.registry import ProviderRegistry, ProviderSpec
 
 from .config import CAPABILITIES, ProviderEntry
 from .service import ProviderRuntime
@@ -36,26 +34,24 @@ def build_runtimes(entries: dict[str, ProviderEntry] | None, settings: Settings,
                    executor: Executor | None = None) -> dict[str, ProviderRuntime]:
     """One runtime per entry, in catalog order. A local chat model that cannot be found leaves
     ``chat`` empty (CONFIG at dispatch, ``failed`` coverage in health) instead of failing."""
+    registry = ProviderRegistry(settings, executor=executor)
     runtimes: dict[str, ProviderRuntime] = {}
     for key, entry in (entries or default_entries()).items():
         if entry.kind == "openai":
-            assert entry.baseUrl and entry.defaultModel
-            api_key = os.environ.get(entry.apiKeyEnv) if entry.apiKeyEnv else None
-            provider = OpenAICompatProvider(
-                name=key, base_url=entry.baseUrl, api_key=api_key,
-                default_model=entry.defaultModel, embedding_model=entry.defaults.get("embed"),
-                timeout_s=settings.llm_timeout_s)
+            provider = registry.build(ProviderSpec(
+                kind="openai_compat", name=key, base_url=entry.baseUrl,
+                api_key=env_value(entry.apiKeyEnv) if entry.apiKeyEnv else None,
+                model=entry.defaultModel, embedding_model=entry.defaults.get("embed"),
+                timeout_s=settings.llm_timeout_s))
             runtimes[key] = ProviderRuntime(key, entry, chat=provider, embedder=provider)
             continue
         entry = entry.model_copy(update={"defaults": {"embed": EMBED_MODEL, **entry.defaults}})
-        runtime = ProviderRuntime(key, entry, embedder=MiniLMEmbeddingProvider(
-            name=key, executor=executor))
+        runtime = ProviderRuntime(key, entry, embedder=registry.build(
+            ProviderSpec(kind="minilm", name=key)))
         try:
-            if entry.modelPath:
-                settings = settings.model_copy(update={"llm_provider": "local",
-                                                       "llm_model_path": entry.modelPath})
-            runtime.chat = build_router(settings).default_provider
-        except (LLMError, ConfigError) as exc:
+            runtime.chat = registry.build(ProviderSpec(kind="local", model_path=entry.modelPath)) \
+                if entry.modelPath else registry.configured_provider()
+        except LLMError as exc:
             log.warning("provider %s: no chat model: %s", key, exc)
             runtime.problem = "Chat model unavailable"
         if runtime.chat is not None:

@@ -14,14 +14,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .config import ProviderEntry
+from .errors import CallerError
 
 __all__ = ["FixedWindowLimiter", "Selection", "UnknownProvider", "select_provider"]
 
 DEFAULT_BONUS = 50
 
 
-class UnknownProvider(LookupError):
-    """The caller named a provider that is not configured."""
+class UnknownProvider(CallerError):
+    """The caller named a provider that is not configured (a dispatch failure, INTERNAL_ERROR,
+    as the origin answers it)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(500, "INTERNAL_ERROR", what)
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,7 +62,7 @@ def _serve(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
 
     async def main() -> int:
-        from ...llm.factory import build_router
+        from ...llm.registry import build_router
         from .server import HostOptions
         from .sidecar import HostSidecarConfig, run_sidecar
 

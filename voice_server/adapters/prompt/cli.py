@@ -11,12 +11,12 @@ import argparse
 import asyncio
 import json
 import logging
-import os
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
+from ...config import config_file_from_env, env_value
 from .codec import parse_run_request
 from .errors import PromptError, ToolNotFound
 from .factory import PROVIDERS
@@ -28,17 +28,17 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 
 
-class _CLIError(Exception):
+class _CLIError(PromptError):
     """A one-line error for the user, with its exit code."""
 
-    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
+    def __init__(self, message: str, exit_code: int = EXIT_ERROR) -> None:
         super().__init__(message)
-        self.code = code
+        self.exit_code = exit_code
 
 
 def _add_store_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", metavar="DSN_OR_PATH",
-                        default=os.environ.get("VOICE_SERVER_PROMPT_DB"),
+                        default=env_value("VOICE_SERVER_PROMPT_DB"),
                         help="tool store: postgres:// DSN or SQLite file (env "
                              "VOICE_SERVER_PROMPT_DB; default: DATA_DIR/prompt-tools.sqlite3)")
     parser.add_argument("--data-dir", metavar="DIR", default=None,
@@ -49,7 +49,7 @@ def _add_store_flags(parser: argparse.ArgumentParser) -> None:
 def _add_service_flags(parser: argparse.ArgumentParser) -> None:
     _add_store_flags(parser)
     parser.add_argument("--secrets-file", metavar="FILE",
-                        default=os.environ.get("VOICE_SERVER_PROMPT_SECRETS_FILE"),
+                        default=env_value("VOICE_SERVER_PROMPT_SECRETS_FILE"),
                         help="API-key secrets: a JSON object or NAME=VALUE lines, consulted "
                              "before environment variables (default: DATA_DIR/secrets.env)")
     parser.add_argument("--config", metavar="FILE",
@@ -128,7 +128,7 @@ def _main(coro: Any) -> int:
         return asyncio.run(coro)
     except _CLIError as exc:
         print(f"voice-server prompt: {exc}", file=sys.stderr)
-        return exc.code
+        return exc.exit_code
     except PromptError as exc:
         print(f"voice-server prompt: {exc.code}: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -142,7 +142,7 @@ def _main(coro: Any) -> int:
 def _settings(args: argparse.Namespace) -> Any:
     from ...config import load_settings
 
-    config = args.config or os.environ.get("VOICE_SERVER_CONFIG")
+    config = args.config or config_file_from_env()
     return load_settings(config) if config else None
 
 

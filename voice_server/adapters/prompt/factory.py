@@ -2,19 +2,20 @@
 
 Spec: specs/sidecar-prompt-service.md "Key Components" (``LLMFactory``; openai, gemini, ollama)
 plus ``local``, the embedded model. The hosted kinds all speak the OpenAI-compatible chat API
-(Ollama's ``/v1`` and Gemini's ``/v1beta/openai/`` endpoints), so they share
-``OpenAICompatProvider``; ``local`` is built by ``llm.factory.build_router``. Providers are cached
-per (kind, base URL, key) so HTTP connections are reused; ``aclose()`` closes them all.
+(Ollama's ``/v1`` and Gemini's ``/v1beta/openai/`` endpoints), so a tool of any of them becomes
+an ``openai_compat`` spec of the one ``llm.registry.ProviderRegistry``, and a ``local`` tool a
+``local`` spec. Providers are cached per (kind, base URL, key) so HTTP connections are reused;
+``aclose()`` closes them all.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ...llm.factory import build_router
+from ...llm.registry import ProviderBuilder, ProviderRegistry, ProviderSpec
 from ...llm.types import LLMProvider
 from .errors import ProviderConfigError
 from .store import ToolConfig
@@ -22,7 +23,7 @@ from .store import ToolConfig
 if TYPE_CHECKING:
     from ...config import Settings
 
-__all__ = ["DEFAULT_BASE_URLS", "PROVIDERS", "Builder", "LLMFactory"]
+__all__ = ["DEFAULT_BASE_URLS", "PROVIDERS", "LLMFactory"]
 
 DEFAULT_BASE_URLS = {
     "openai": "https://api.openai.com/v1",
@@ -31,33 +32,29 @@ DEFAULT_BASE_URLS = {
 }
 PROVIDERS = ("openai", "ollama", "gemini", "local")
 
-Builder = Callable[[ToolConfig, "str | None"], LLMProvider]
-
 
 class LLMFactory:
-    """``provider(config, api_key, model)`` -> a ready provider. ``builders`` adds or replaces
-    kinds (tests and benchmarks plug an in-process model in this way)."""
+    """``provider(config, api_key, model)`` -> a ready provider. ``kinds`` adds or replaces
+    tool provider kinds with registry builders, which get the tool's model, base URL and key
+    in their ``ProviderSpec`` (tests and benchmarks plug an in-process model in this way)."""
 
     def __init__(self, settings: Settings | None = None, *,
-                 builders: dict[str, Builder] | None = None,
+                 kinds: Mapping[str, ProviderBuilder] | None = None,
                  timeout_s: float | None = None) -> None:
-        self._settings = settings
+        self._registry = ProviderRegistry(settings, kinds=kinds)
+        self._plugged = tuple(kinds or ())
         self._timeout_s = timeout_s if timeout_s is not None else (
             settings.llm_timeout_s if settings is not None else 60.0)
-        self._builders: dict[str, Builder] = {
-            "openai": self._hosted, "ollama": self._hosted, "gemini": self._hosted,
-            "local": self._local, **(builders or {})}
         self._cache: dict[tuple[str, str, str], LLMProvider] = {}
 
     @property
     def kinds(self) -> tuple[str, ...]:
-        return tuple(self._builders)
+        return tuple(dict.fromkeys((*PROVIDERS, *self._plugged)))
 
     def provider(self, config: ToolConfig, api_key: str | None, model: str | None
                  ) -> LLMProvider:
         kind = config.provider
-        builder = self._builders.get(kind)
-        if builder is None:
+        if kind not in self.kinds:
             raise ProviderConfigError(f'llmfactory: unsupported provider "{kind}"')
         if not model and kind != "local":
             raise ProviderConfigError(f'llmfactory: missing model for provider "{kind}"')
@@ -66,28 +63,23 @@ class LLMFactory:
         cache_key = (kind, location, key_digest)
         provider = self._cache.get(cache_key)
         if provider is None:
-            provider = builder(config, api_key)
+            provider = self._registry.build(self._spec(config, api_key))
             self._cache[cache_key] = provider
         return provider
 
-    def _hosted(self, config: ToolConfig, api_key: str | None) -> LLMProvider:
-        from ...llm.openai_compat import OpenAICompatProvider
-
+    def _spec(self, config: ToolConfig, api_key: str | None) -> ProviderSpec:
+        """The registry's description of the tool's provider."""
         kind = config.provider
-        return OpenAICompatProvider(
-            name=kind, base_url=(config.base_url or DEFAULT_BASE_URLS[kind]).rstrip("/"),
-            api_key=api_key or kind, default_model=config.model or "default",
+        if kind in self._plugged:
+            return ProviderSpec(kind=kind, model=config.model, base_url=config.base_url,
+                                api_key=api_key, timeout_s=self._timeout_s)
+        if kind == "local":
+            return ProviderSpec(kind="local", model_path=config.base_url or (
+                config.model if _is_gguf(config.model) else None))
+        return ProviderSpec(
+            kind="openai_compat", name=kind, model=config.model, api_key=api_key or kind,
+            base_url=(config.base_url or DEFAULT_BASE_URLS[kind]).rstrip("/"),
             timeout_s=self._timeout_s)
-
-    def _local(self, config: ToolConfig, api_key: str | None) -> LLMProvider:
-        from ...config import Settings
-
-        settings = self._settings or Settings()
-        path = config.base_url or (config.model if _is_gguf(config.model) else None)
-        local = settings.model_copy(update={
-            "llm_provider": "local", "llm_base_url": None,
-            "llm_model_path": path or settings.llm_model_path})
-        return build_router(local).providers["local"]
 
     async def aclose(self) -> None:
         cache, self._cache = self._cache, {}

@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ulid import ULID
 
+from ...config import data_dir_from_env
 from ...llm.errors import LLMError
+from ...llm.registry import ProviderBuilder
 from ...llm.types import ChatRequest
 from .codec import RunRequest, build_response, normalize_input
 from .errors import PromptError, from_llm_error
-from .factory import Builder, LLMFactory
-from .store import ToolConfig, ToolStore, default_data_dir, open_store
+from .factory import LLMFactory
+from .store import ToolConfig, ToolStore, open_store
 from .vault import EnvFileVault, SecretVault
 
 if TYPE_CHECKING:
@@ -96,13 +98,14 @@ class PromptService:
 @asynccontextmanager
 async def open_service(*, db: str | None = None, data_dir: str | Path | None = None,
                        secrets_file: str | Path | None = None, settings: Settings | None = None,
-                       builders: dict[str, Builder] | None = None) -> AsyncIterator[PromptService]:
+                       kinds: Mapping[str, ProviderBuilder] | None = None
+                       ) -> AsyncIterator[PromptService]:
     """Open the store, the default vault and the factory; close them all on exit. The secrets
     file defaults to ``secrets.env`` in the data directory (used only if it exists)."""
     if secrets_file is None:
-        secrets_file = Path(data_dir or default_data_dir()) / DEFAULT_SECRETS_FILE
+        secrets_file = Path(data_dir or data_dir_from_env()) / DEFAULT_SECRETS_FILE
     async with open_store(db, data_dir=data_dir) as store:
-        factory = LLMFactory(settings, builders=builders)
+        factory = LLMFactory(settings, kinds=kinds)
         try:
             yield PromptService(store, EnvFileVault(secrets_file), factory)
         finally:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ...config import data_dir_from_env
 from .errors import StoreError, ToolNotFound
 
 __all__ = [
@@ -26,7 +26,6 @@ __all__ = [
     "SQLiteToolStore",
     "ToolConfig",
     "ToolStore",
-    "default_data_dir",
     "is_postgres_dsn",
     "open_store",
 ]
@@ -90,15 +89,6 @@ class ToolConfig(BaseModel):
     @classmethod
     def _blank_is_none(cls, value: str | None) -> str | None:
         return value.strip() or None if value is not None else None
-
-
-def default_data_dir() -> Path:
-    """``$VOICE_SERVER_DATA_DIR``, else ``$XDG_DATA_HOME/voice-server``, else
-    ``~/.local/share/voice-server``."""
-    if os.environ.get("VOICE_SERVER_DATA_DIR"):
-        return Path(os.environ["VOICE_SERVER_DATA_DIR"])
-    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(base) / "voice-server"
 
 
 def is_postgres_dsn(db: str) -> bool:
@@ -327,4 +317,4 @@ def open_store(db: str | None = None, *, data_dir: str | Path | None = None) -> 
     if db:
         return SQLiteToolStore(db.removeprefix("sqlite://") if db.startswith("sqlite:///")
                                else db)
-    return SQLiteToolStore(Path(data_dir or default_data_dir()) / SQLITE_FILE_NAME)
+    return SQLiteToolStore(Path(data_dir or data_dir_from_env()) / SQLITE_FILE_NAME)

@@ -9,12 +9,12 @@ then upper-cased with every other character turned into ``_`` (``rbctest-key`` -
 from __future__ import annotations
 
 import json
-import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
+from ...config import env_value
 from .errors import SecretNotFound, StoreError
 
 __all__ = ["EnvFileVault", "SecretVault", "read_secrets_file"]
@@ -52,12 +52,14 @@ def read_secrets_file(path: Path) -> dict[str, str]:
 
 
 class EnvFileVault:
-    """Secrets file first (re-read when it changes), then environment variables."""
+    """Secrets file first (re-read when it changes), then environment variables (``environ``:
+    these instead of the process environment)."""
 
     def __init__(self, secrets_file: str | Path | None = None, *,
                  environ: Mapping[str, str] | None = None) -> None:
         self.secrets_file = Path(secrets_file) if secrets_file else None
-        self._environ = os.environ if environ is None else environ
+        self._lookup: Callable[[str], str | None] = env_value if environ is None \
+            else environ.get
         self._cache: tuple[float, dict[str, str]] | None = None
 
     def _file_secrets(self) -> dict[str, str]:
@@ -81,7 +83,7 @@ class EnvFileVault:
         if name in secrets:
             return secrets[name]
         for key in (name, re.sub(r"[^A-Za-z0-9]", "_", name).upper()):
-            value = self._environ.get(key)
+            value = self._lookup(key)
             if value:
                 return value
         raise SecretNotFound()

@@ -137,7 +137,7 @@ class Settings(BaseSettings):
                                     "when the end-of-turn judges cannot tell "
                                     "(see end_of_turn_model)")
     vad_pre_roll_ms: int = Field(300, ge=0, description="audio kept before speech starts")
-    vad_duck_ms: int = Field(60, ge=0, description="voiced audio during agent speech that pauses "
+    vad_duck_ms: int = Field(20, ge=0, description="voiced audio during agent speech that pauses "
                              "the agent's audio until speech is confirmed or rejected (0: off)")
     vad_barge_in_min_speech_ms: int = Field(400, ge=0, description="voiced audio that confirms "
                                             "a barge-in while the agent speaks (0: as "

@@ -162,8 +162,7 @@ async def _model_checks(settings: Settings) -> list[Check]:
 
     checks: list[Check] = []
     pool = ComputePool(settings.compute_workers)
-    stt = WhisperSTT(pool, model=settings.stt_model, compute_type=settings.stt_compute_type,
-                     threads=settings.stt_threads, window_s=settings.stt_window_s)
+    stt = WhisperSTT.from_settings(pool, settings)  # as the server hears
     tts = PiperTTS(pool, voice=settings.tts_voice, threads=settings.tts_threads)
     router = build_router(settings, others=pool.shared)
     turn: SmartTurn | None = None

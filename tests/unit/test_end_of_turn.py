@@ -25,7 +25,8 @@ POLICY = EndOfTurnPolicy(commit_ms=200, max_ms=1600, fallback_ms=500)
 @pytest.mark.parametrize("text", [
     "What is the capital of", "I'd like to book a table for, um", "So I was thinking that",
     "My name is", "Can I get a pizza with", "I want the...", "Let me see, the",
-    "I need a table for two and",
+    "I need a table for two and", "Can you tell me?", "Could you show me", "I think",
+    "I wonder.",
 ])
 def test_unfinished_sentences(text):
     assert unfinished(text)
@@ -34,6 +35,7 @@ def test_unfinished_sentences(text):
 @pytest.mark.parametrize("text", [
     "What is the capital of France?", "Tell me a joke about cats.", "My name is Ada.",
     "What time is it?", "Thank you, that is all.", "Book it for seven.", "Who are you?", "",
+    "Can you help me?", "Tell me.", "What do you think?", "Do you remember me?",
 ])
 def test_finished_sentences(text):
     assert not unfinished(text)

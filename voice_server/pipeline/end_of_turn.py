@@ -43,6 +43,12 @@ is are was were am be been being do does did have has had can could would should
 may might must i'd i'm i'll i've we're we'd you're it's there's let's
 maybe probably just also
 """.split())
+# last two words a sentence of more than them does not end on: a verb still owed its object
+# ("can you tell me", "I want"); speech to text often writes a question mark after them anyway
+_OPEN_ENDED_PAIRS = frozenset(tuple(pair.split()) for pair in """
+tell me/show me/give me/send me/bring me/remind me/teach me/tell us/show us/give us/tell you
+i want/i need/i think/i wonder/i mean/i guess/i was/we want/we need/i wanted/i'd like
+""".strip().replace("\n", "/").split("/"))
 _TRAILING_OPEN = ("...", "…", ",", "-", "—", ":", ";")
 
 
@@ -55,7 +61,12 @@ def unfinished(text: str) -> bool:
     if stripped.endswith(_TRAILING_OPEN):
         return True
     words = _WORD.findall(stripped.lower().replace("’", "'"))
-    return bool(words) and words[-1] in _OPEN_ENDED
+    if not words:
+        return False
+    if words[-1] in _OPEN_ENDED:
+        return True
+    # "Tell me." alone is a finished request; "Can you tell me" is not
+    return tuple(words[-2:]) in _OPEN_ENDED_PAIRS and (len(words) > 2 or words[0] in ("i", "we"))
 
 
 @dataclass(frozen=True)

@@ -18,13 +18,16 @@ from __future__ import annotations
 import importlib.resources
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..compute import ComputePool
 from ..workers import ServiceSpec
 from .pooled import PooledWorker
+
+if TYPE_CHECKING:
+    from ..config import Settings
 
 __all__ = ["STTError", "WhisperSTT", "WhisperService", "cut_loop", "default_whisper_dir"]
 
@@ -136,6 +139,15 @@ class WhisperSTT:
         self._models = PooledWorker("stt", spec, pool, error=STTError, what="speech to text",
                                     on_restart=on_restart)
         self.worker = self._models.worker
+
+    @classmethod
+    def from_settings(cls, pool: ComputePool, settings: Settings,
+                      on_restart: Callable[[str], None] | None = None) -> WhisperSTT:
+        """The speech to text the settings describe (the server and ``doctor`` alike)."""
+        return cls(pool, model=settings.stt_model, compute_type=settings.stt_compute_type,
+                   beam_size=settings.stt_beam_size, language=settings.stt_language,
+                   threads=settings.stt_threads, window_s=settings.stt_window_s,
+                   on_restart=on_restart)
 
     async def load(self) -> None:
         """Start the worker: it loads the model and runs one short pass before it is ready."""

@@ -54,11 +54,8 @@ class VoiceServer:
         self.settings = settings
         self.metrics = Metrics()
         self.pool = ComputePool(settings.compute_workers)
-        self.stt = WhisperSTT(self.pool, model=settings.stt_model,
-                              compute_type=settings.stt_compute_type,
-                              beam_size=settings.stt_beam_size, language=settings.stt_language,
-                              threads=settings.stt_threads, window_s=settings.stt_window_s,
-                              on_restart=self.metrics.worker_restarted)
+        self.stt = WhisperSTT.from_settings(self.pool, settings,
+                                            on_restart=self.metrics.worker_restarted)
         self.tts = PiperTTS(self.pool, voice=settings.tts_voice, threads=settings.tts_threads,
                             on_restart=self.metrics.worker_restarted)
         self.new_chunker = functools.partial(

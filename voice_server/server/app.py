@@ -15,7 +15,7 @@ import logging
 import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 
@@ -39,6 +39,9 @@ from .http import HttpRoutes
 from .limits import Admission, MemoryBudget
 from .rtc import rtc_factory
 from .sessions import InMemorySessionStore, Session, SessionStore
+
+if TYPE_CHECKING:
+    from .phone import PhoneCall
 
 __all__ = ["VoiceServer", "run_forever"]
 
@@ -78,7 +81,7 @@ class VoiceServer:
         self.turn_model = self._end_of_turn_model()
         self.rtc_factory = rtc_factory(settings, self.stt, lambda: self.pool.busy,
                                        self.turn_model)
-        self.live: dict[str, Connection] = {}
+        self.live: dict[str, Connection | PhoneCall] = {}  # session id -> who holds it
         self.last_turns: collections.deque[TurnRecord] = collections.deque(maxlen=200)
         self._responder = ChatResponder(
             self.router, system_prompt=settings.system_prompt, model=settings.llm_model,
@@ -248,11 +251,11 @@ class VoiceServer:
         self.metrics.connections.inc()
         await Connection(ws, self).run()
 
-    def attach(self, session_id: str, conn: Connection) -> None:
+    def attach(self, session_id: str, conn: Connection | PhoneCall) -> None:
         self.live[session_id] = conn
         self.metrics.sessions.set(len(self.live))
 
-    def detach(self, session_id: str, conn: Connection) -> None:
+    def detach(self, session_id: str, conn: Connection | PhoneCall) -> None:
         if self.live.get(session_id) is conn:
             del self.live[session_id]
         self.metrics.sessions.set(len(self.live))

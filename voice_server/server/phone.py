@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 from aiohttp import WSMsgType, web
@@ -29,15 +29,19 @@ from aiohttp import WSMsgType, web
 from ..metrics import session_tag
 from ..pipeline.audio import STT_RATE, MulawCodec, Resampler
 from ..protocol import Error, Message, twilio
-from .conversation import Conversation
-from .listening import Listener
+from .conversation import Conversation, ConversationServices
+from .listening import Listener, TurnModel
 from .phone_line import PhoneLine
 from .playout import PlayoutSpeechOutput
 
 if TYPE_CHECKING:
-    from .app import VoiceServer
+    from ..compute import ComputePool
+    from ..config import Settings
+    from ..metrics import Metrics
+    from .limits import Admission
+    from .sessions import Session
 
-__all__ = ["PhoneCall", "PhoneEndpoint"]
+__all__ = ["PhoneCall", "PhoneEndpoint", "PhoneHost"]
 
 log = logging.getLogger(__name__)
 
@@ -61,11 +65,30 @@ def _public_url(request: web.Request, base: str | None, path: str, *, ws: bool) 
     return urlunsplit((scheme, netloc, prefix + path, "", ""))
 
 
+class PhoneHost(ConversationServices, Protocol):
+    """What a phone call needs from the server that answered it (besides what its
+    conversation needs); the server wires it, this module does not import the server."""
+
+    settings: Settings
+    admission: Admission
+    pool: ComputePool
+    metrics: Metrics
+    turn_model: TurnModel | None
+
+    def attach(self, session_id: str, conn: PhoneCall) -> None: ...
+
+    def detach(self, session_id: str, conn: PhoneCall) -> None: ...
+
+    def playbook_known(self, playbook_id: str) -> bool: ...
+
+    def greeting_for(self, session: Session) -> str | None: ...
+
+
 class PhoneEndpoint:
     """``async with PhoneEndpoint(server) as phone:`` serves the Twilio routes on
     ``settings.phone_port`` (``phone.port`` is the bound one)."""
 
-    def __init__(self, server: VoiceServer) -> None:
+    def __init__(self, server: PhoneHost) -> None:
         self.server = server
         self.settings = server.settings
         self._runner: web.AppRunner | None = None
@@ -143,7 +166,7 @@ class PhoneEndpoint:
 class PhoneCall:
     """One Twilio media stream: a session, its conversation, turn-taking and the line."""
 
-    def __init__(self, ws: web.WebSocketResponse, server: VoiceServer) -> None:
+    def __init__(self, ws: web.WebSocketResponse, server: PhoneHost) -> None:
         self.ws = ws
         self.server = server
         self.settings = server.settings
@@ -210,7 +233,7 @@ class PhoneCall:
                 log.warning("phone call asked for unknown playbook %r: plain chat", playbook)
         self.conversation = conversation = Conversation(
             server, session, self._emit, max_attachment_bytes=self.settings.max_attachment_bytes)
-        server.attach(session.id, self)  # type: ignore[arg-type]
+        server.attach(session.id, self)
         log.info("phone call %s started (session %s)", session_tag(start.call_sid),
                  session_tag(session.id))
         async with PhoneLine(self._send_text, start.stream_sid) as line:
@@ -301,7 +324,7 @@ class PhoneCall:
             await conversation.close()
             session = conversation.session
             if session is not None:
-                self.server.detach(session.id, self)  # type: ignore[arg-type]
+                self.server.detach(session.id, self)
                 await self.server.sessions.save(session)
                 await self.server.sessions.release(session.id)
         if self._admitted is not None:

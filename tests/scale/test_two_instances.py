@@ -3,6 +3,7 @@ its history; the owning instance lets go when the session is claimed elsewhere."
 
 from __future__ import annotations
 
+import asyncio
 import base64
 
 import pytest
@@ -46,7 +47,12 @@ async def test_conversation_moves_from_a_to_b(pair, scale_llm, connect, make_spe
     assert [m["role"] for m in sent] == ["system", "user", "assistant", "user"]
     assert "capital" in sent[1]["content"].lower()
     assert sent[2]["content"] == "Paris is the capital of France."
-    # B released its lease on close; the history is in Redis for whoever comes next
+    # B releases its lease once it has handled the close (the turn's history is written after
+    # tts-complete went out, so the client may close first); then it is in Redis for whoever
+    # comes next
+    async with asyncio.timeout(10):
+        while session_id in b.sessions._owned:  # noqa: ASYNC110 - no event announces it
+            await asyncio.sleep(0.05)
     stored = await a.sessions.get(session_id)
     assert stored is not None and len(stored.history) == 4
     health = await b.health()

@@ -6,6 +6,8 @@ not interrupt it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 import numpy as np
 import pytest
@@ -123,11 +125,11 @@ class EchoingMic:
                 client.mic.enqueue(np.clip(out, -32768, 32767).astype(np.int16))
 
 
-@pytest.mark.parametrize("gain_db", [-20, -10])
-async def test_the_agent_does_not_interrupt_itself_on_its_own_echo(url, rtc_llm, make_speech,
-                                                                   gain_db):
-    """A client without echo cancellation: what it hears goes back into its microphone at
-    -20 dB and -10 dB. The agent finishes its answer."""
+@contextlib.asynccontextmanager
+async def _long_answer_with_echo(url, rtc_llm, make_speech, gain_db: float
+                                 ) -> AsyncIterator[tuple[RtcClient, EchoingMic]]:
+    """A client without echo cancellation asks for the long answer; yields once the answer
+    plays, with the echo running."""
     rtc_llm.script.clear()  # earlier tests' speculative answers may have left replies
     rtc_llm.add(LONG_ANSWER)
     async with RtcClient(url) as client:
@@ -135,11 +137,21 @@ async def test_the_agent_does_not_interrupt_itself_on_its_own_echo(url, rtc_llm,
         question = client.mic.enqueue(_wav48(make_speech, "What is the weather like?",
                                              pad=(1.0, 0.3)))
         await client.wait_for("tts-start", timeout=scaled(60))
-        echo = asyncio.create_task(EchoingMic(client, gain_db, question).run())
+        mic = EchoingMic(client, gain_db, question)
+        echo = asyncio.create_task(mic.run())
         try:
-            await client.wait_for("tts-complete", timeout=scaled(90))
+            yield client, mic
         finally:
             echo.cancel()
+
+
+@pytest.mark.parametrize("gain_db", [-20, -10])
+async def test_the_agent_does_not_interrupt_itself_on_its_own_echo(url, rtc_llm, make_speech,
+                                                                   gain_db):
+    """A client without echo cancellation: what it hears goes back into its microphone at
+    -20 dB and -10 dB. The agent finishes its answer."""
+    async with _long_answer_with_echo(url, rtc_llm, make_speech, gain_db) as (client, _):
+        await client.wait_for("tts-complete", timeout=scaled(90))
         assert not client.messages("tts-cancelled")
         assert len(client.messages("llm")) == 1
 
@@ -147,21 +159,10 @@ async def test_the_agent_does_not_interrupt_itself_on_its_own_echo(url, rtc_llm,
 async def test_the_user_interrupts_through_the_echo(url, rtc_llm, make_speech):
     """The same client, echo at -10 dB: a real question over the agent's echoed voice still
     stops it, and is answered."""
-    rtc_llm.script.clear()
-    rtc_llm.add(LONG_ANSWER)
-    async with RtcClient(url) as client:
-        await client.negotiate()
-        question = client.mic.enqueue(_wav48(make_speech, "What is the weather like?",
-                                             pad=(1.0, 0.3)))
-        await client.wait_for("tts-start", timeout=scaled(60))
-        mic = EchoingMic(client, -10, question)
-        echo = asyncio.create_task(mic.run())
-        try:
-            await asyncio.sleep(2.5)
-            mic.say(_wav48(make_speech, "Stop. When does the market open?", pad=(0.0, 0.0)))
-            await client.wait_for("tts-cancelled", timeout=scaled(30))
-            await client.wait_for("llm", count=2, timeout=scaled(60))
-        finally:
-            echo.cancel()
+    async with _long_answer_with_echo(url, rtc_llm, make_speech, -10) as (client, mic):
+        await asyncio.sleep(2.5)
+        mic.say(_wav48(make_speech, "Stop. When does the market open?", pad=(0.0, 0.0)))
+        await client.wait_for("tts-cancelled", timeout=scaled(30))
+        await client.wait_for("llm", count=2, timeout=scaled(60))
         asked = rtc_llm.requests[-1]["messages"][-1]["content"].lower()
         assert "market" in asked, asked

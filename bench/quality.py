@@ -101,6 +101,42 @@ QUESTIONS: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
     ("What is the opposite of up?", ("opposite", "up"), ("down",)),
     ("What is the capital of Canada?", ("capital", "canada"), ("ottawa",)),
 ]
+# Held out: questions no setting was tuned on, to check that a change that helps the first
+# set is no accident of its wording (`--questions extra`)
+EXTRA_QUESTIONS: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
+    ("How many legs does a dog have?", ("legs", "dog"), ("four", "4")),
+    ("What is the capital of Russia?", ("capital", "russia"), ("moscow",)),
+    ("What color are strawberries?", ("color", "strawberries"), ("red",)),
+    ("What do fish breathe through?", ("fish", "breathe"), ("gills",)),
+    ("How many continents are there?", ("continents",), ("seven", "7")),
+    ("What is the capital of Australia?", ("capital", "australia"), ("canberra",)),
+    ("What is five plus five?", ("five",), ("ten", "10")),
+    ("What animal gives us wool?", ("animal", "wool"), ("sheep",)),
+    ("Which planet is known as the red planet?", ("planet", "red"), ("mars",)),
+    ("How many players are on a soccer team?", ("players", "soccer"), ("eleven", "11")),
+    ("What is the largest mammal?", ("largest", "mammal"), ("whale", "whales")),
+    ("What do bees live in?", ("bees", "live"), ("hive", "hives", "beehive", "beehives")),
+    ("What is the capital of Egypt?", ("capital", "egypt"), ("cairo",)),
+    ("What color is snow?", ("color", "snow"), ("white",)),
+    ("How many days are in a leap year?", ("days", "leap"),
+     ("366", "three hundred sixty six", "three hundred and sixty six")),
+    ("What is the opposite of left?", ("opposite", "left"), ("right",)),
+    ("What is eight divided by two?", ("eight", "divided"), ("four", "4")),
+    ("What do you call a baby sheep?", ("baby", "sheep"), ("lamb",)),
+    ("Which ocean lies between Europe and America?", ("ocean", "europe"), ("atlantic",)),
+    ("What is the hardest natural substance?", ("hardest",), ("diamond", "diamonds")),
+    ("What do pandas mostly eat?", ("pandas", "eat"), ("bamboo",)),
+    ("How many hours are in two days?", ("hours", "days"), ("48", "forty eight")),
+    ("What is the capital of China?", ("capital", "china"), ("beijing",)),
+    ("Who painted the Mona Lisa?", ("painted", "mona"), ("leonardo", "vinci")),
+    ("What color is a ripe tomato?", ("color", "tomato"), ("red",)),
+    ("How many weeks are in a year?", ("weeks", "year"), ("52", "fifty two")),
+    ("What is the capital of Mexico?", ("capital", "mexico"), ("mexico city",)),
+    ("What do we call the meal we eat in the morning?", ("meal", "morning"), ("breakfast",)),
+    ("Which animal has black and white stripes?", ("black", "stripes"), ("zebra", "zebras")),
+    ("What is the capital of Greece?", ("capital", "greece"), ("athens",)),
+]
+QUESTION_SETS = {"main": QUESTIONS, "extra": EXTRA_QUESTIONS, "all": QUESTIONS + EXTRA_QUESTIONS}
 # (first turn, second turn, accepted answers to the second)
 MEMORY: list[tuple[str, str, tuple[str, ...]]] = [
     ("My name is Alice.", "What is my name?", ("alice",)),
@@ -283,7 +319,9 @@ def bookings_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def run_profile(name: str, overrides: dict[str, Any], speech: dict[str, dict[str, bytes]],
-                      limit: int, bookings: int = 0) -> dict[str, Any]:
+                      limit: int, bookings: int = 0,
+                      questions: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = QUESTIONS,
+                      ) -> dict[str, Any]:
     from voice_server.config import load_settings
     from voice_server.server.app import VoiceServer
 
@@ -293,7 +331,7 @@ async def run_profile(name: str, overrides: dict[str, Any], speech: dict[str, di
     async with VoiceServer(settings) as server:
         url = f"ws://127.0.0.1:{server.port}/ws"
         for voice, wavs in speech.items():
-            for question, heard_words, accepted in QUESTIONS[:limit]:
+            for question, heard_words, accepted in questions[:limit]:
                 async with websockets.connect(url, max_size=None) as ws:  # a fresh session
                     await ws.recv()
                     turn = await ask(ws, wavs[question])
@@ -331,19 +369,24 @@ async def run_profile(name: str, overrides: dict[str, Any], speech: dict[str, di
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     profiles = [p.split("=", 1) for p in args.profile] or [["default", "{}"]]
-    texts = [q for q, _, _ in QUESTIONS[:args.limit]] + [t for m in MEMORY for t in m[:2]]
+    questions = QUESTION_SETS[args.questions]
+    texts = [q for q, _, _ in questions[:args.limit]] + [t for m in MEMORY for t in m[:2]]
     texts += sorted({line for c in CALLERS[:args.bookings] for line in caller_lines(c)})
     makers = {"piper": piper_wavs, "espeak": espeak_wavs}
     speech = {v: makers[v](texts) for v in args.voices.split(",")}
     return {"bench": "quality", "profiles": [
-        await run_profile(name, json.loads(overrides), speech, args.limit, args.bookings)
+        await run_profile(name, json.loads(overrides), speech, args.limit, args.bookings,
+                          questions)
         for name, overrides in profiles]}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--voices", default="piper", help="comma list: piper, espeak")
-    ap.add_argument("--limit", type=int, default=len(QUESTIONS), help="first N questions")
+    ap.add_argument("--questions", choices=sorted(QUESTION_SETS), default="main",
+                    help="main: the 50 questions; extra: 30 held-out ones; all: both")
+    ap.add_argument("--limit", type=int, default=len(QUESTIONS) + len(EXTRA_QUESTIONS),
+                    help="first N questions of the set")
     ap.add_argument("--profile", action="append", default=[],
                     help="NAME=JSON Settings overrides (repeatable; default: the defaults)")
     ap.add_argument("--bookings", type=int, default=len(CALLERS),

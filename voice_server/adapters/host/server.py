@@ -30,6 +30,7 @@ from ...llm import (
     LLMUnavailable,
     ModelNotFound,
 )
+from ..kit import ConnectionTasks, close_stream, stop_servers
 from . import messages as m
 from .codec import MAX_LINE_BYTES, LineDecoder, encode
 from .errors import LineTooLong, ProtocolViolation
@@ -223,18 +224,17 @@ class HostServer:
         self.model_name = router.resolve(self.options.model)[1]
         self.generations: set[asyncio.Task[None]] = set()
         self._servers: list[asyncio.Server] = []
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._connections = ConnectionTasks("host")
         self._active = 0
-        self._count = 0
 
     @property
     def clients(self) -> int:
-        return len(self._tasks)
+        return len(self._connections)
 
     @property
     def connection_tasks(self) -> frozenset[asyncio.Task[None]]:
         """The running connection tasks (await them to see a peer fully handled)."""
-        return frozenset(self._tasks)
+        return self._connections.tasks
 
     @property
     def busy(self) -> bool:
@@ -266,13 +266,7 @@ class HostServer:
     async def close(self) -> None:
         """Stop listening, cancel every connection and generation; safe to call twice."""
         servers, self._servers = self._servers, []
-        for server in servers:
-            server.close()
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=5.0)
+        await stop_servers(servers, self._connections)
         if servers and self.unix_path is not None:
             with contextlib.suppress(OSError):
                 os.unlink(self.unix_path)
@@ -285,12 +279,8 @@ class HostServer:
         await self.close()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        # Run the connection in our own named task so close() can cancel it cleanly.
-        self._count += 1
-        task = asyncio.create_task(self.serve_stream(reader, writer),
-                                   name=f"host-conn-{self._count}")
-        await asyncio.wait([task])
-        writer.close()
+        # serve_stream counts the peer itself, once it is admitted
+        await self._connections.serve(self.serve_stream(reader, writer), writer, count=False)
 
     async def serve_stream(self, reader: asyncio.StreamReader,
                            writer: asyncio.StreamWriter) -> None:
@@ -304,11 +294,9 @@ class HostServer:
                         await writer.drain()
                 return
             if task is not None:
-                self._tasks.add(task)
+                self._connections.add(task)
             await _Connection(self, reader, writer).run()
         finally:
             if task is not None:
-                self._tasks.discard(task)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(writer.wait_closed(), 1.0)
+                self._connections.discard(task)
+            await close_stream(writer)

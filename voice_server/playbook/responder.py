@@ -1,4 +1,4 @@
-"""``PlaybookResponder``: the turn pipeline's ``Responder`` for a playbook (issue 5).
+"""``PlaybookResponder``: the turn pipeline's ``Responder`` for a playbook.
 
 One call of ``respond(ctx)`` is one user turn:
 

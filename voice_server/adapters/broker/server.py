@@ -1,11 +1,11 @@
 """The broker's asyncio TCP server: a thin shell moving bytes through ``FrameDecoder``.
 
-Spec "Transport framing" and notes 1.2: the origin answers one request per connection; we also
+Spec "Transport framing": the original answers one request per connection; we also
 answer further frames on the same connection, in order. A framing failure (oversize prefix,
 bad UTF-8 or JSON, not an object) is answered with one error frame; an oversize prefix then
 closes the connection, since the stream cannot be resynchronised. A close inside a length prefix
 gets no reply; a close inside a payload is answered ``{"correlation_id": null, "error":
-"Connection error", "results": null}``, as the origin's connection-error path does (notes 1.5),
+"Connection error", "results": null}``, as the original's connection-error path does,
 for a client that only half-closed and still reads.
 """
 

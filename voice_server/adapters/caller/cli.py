@@ -1,8 +1,8 @@
 """``voice-server sidecar caller [--host H] [--port P] [--stdio] ...``
 
 Spec: specs/sidecar-llm-caller-mcp.md ("Integration context": 127.0.0.1:4037; "Dependencies and
-contracts": client registry and provider catalog files in the origin's formats). Options fall
-back to the origin's ``LLM_CALLER_*`` variables; the chat model of the default ``local``
+contracts": client registry and provider catalog files in the original's formats). Options fall
+back to the original's ``LLM_CALLER_*`` variables; the chat model of the default ``local``
 provider follows the server's ``VOICE_SERVER_*`` settings (or ``--config``).
 """
 

@@ -11,11 +11,10 @@ import asyncio
 import importlib
 import logging
 import sys
-import types
-import typing
 from collections.abc import Sequence
 
-from .config import ConfigError, Settings, config_file_from_env, load_settings
+from .config import ConfigError
+from .settings_flags import add_settings_flags, settings_from_args
 
 __all__ = ["main"]
 
@@ -27,37 +26,6 @@ _COMMAND_MODULES: list[str] = [
     "voice_server.adapters.host.cli",
     "voice_server.doctor",
 ]
-
-
-def _flag_type(annotation: object):
-    origin = typing.get_origin(annotation)
-    args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    if origin in (typing.Union, types.UnionType) and len(args) == 1:
-        return _flag_type(args[0])
-    if origin is typing.Annotated:
-        return _flag_type(args[0])
-    if annotation in (int, float):
-        return annotation
-    if annotation is bool:
-        return lambda v: v.lower() in ("1", "true", "yes", "on")
-    return str
-
-
-def add_settings_flags(parser: argparse.ArgumentParser) -> None:
-    """One ``--flag`` per Settings field, documented with the field's description."""
-    parser.add_argument("--config", metavar="FILE",
-                        help="YAML, TOML or JSON file of settings (env VOICE_SERVER_CONFIG)")
-    for name, field in Settings.model_fields.items():
-        default = field.get_default(call_default_factory=True)
-        parser.add_argument(
-            "--" + name.replace("_", "-"), dest=name, default=None, metavar="VALUE",
-            type=_flag_type(field.annotation),
-            help=f"{field.description} (default: {default!r}; env VOICE_SERVER_{name.upper()})")
-
-
-def settings_from_args(args: argparse.Namespace) -> Settings:
-    flags = {name: getattr(args, name, None) for name in Settings.model_fields}
-    return load_settings(getattr(args, "config", None) or config_file_from_env(), **flags)
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -280,7 +280,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _size_messages(self) -> Settings:
-        """``max_message_bytes`` 0: sized from what a message may carry (issue 20, item 9)."""
+        """``max_message_bytes`` 0: sized from what a message may carry."""
         if self.max_message_bytes == 0:
             wav = 44 + int(self.max_audio_seconds * 16_000) * 2
             self.max_message_bytes = 4 * -(-wav // 3) + self.max_attachment_bytes + 64 * 1024

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Settings
+from .settings_flags import add_settings_flags, settings_from_args
 
 __all__ = ["Check", "build_record", "changed_libraries", "compiled_features", "cpu_flags",
            "llama_build_problems", "register", "run_checks"]
@@ -248,8 +249,6 @@ def run_checks(settings: Settings) -> list[Check]:
 def _doctor(args: argparse.Namespace) -> int:
     import logging
 
-    from .cli import settings_from_args
-
     logging.basicConfig(level=logging.ERROR)
     checks = run_checks(settings_from_args(args))
     if args.json:
@@ -267,8 +266,6 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from .cli import add_settings_flags
-
     doctor = subparsers.add_parser("doctor", help="check this install: CPU, llama.cpp build, "
                                    "and one timed pass through each model (exit 1 on a problem)")
     doctor.add_argument("--json", action="store_true", help="print the checks as JSON")

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from voice_server.cli import build_parser, settings_from_args
+from voice_server.cli import build_parser
 from voice_server.config import Settings
+from voice_server.settings_flags import settings_from_args
 
 ROOT = Path(__file__).resolve().parents[2]
 _VAR = re.compile(r"\$\{(\w+)(?::([-?])([^}]*))?\}")

@@ -12,7 +12,7 @@ from .errors import (
     LLMUnavailable,
     ModelNotFound,
 )
-from .router import LLMRouter
+from .router import LLMRouter, stream_within
 from .types import (
     ChatRequest,
     ChatResult,
@@ -38,5 +38,6 @@ __all__ = [
     "StreamEvent",
     "ToolCall",
     "Usage",
+    "stream_within",
     "tool_arguments",
 ]

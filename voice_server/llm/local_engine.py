@@ -1,5 +1,6 @@
 """Several answers at once on one embedded llama.cpp model: per-session KV slots and
-first-piece-first scheduling (issue 8: the 4-session target).
+first-piece-first scheduling, so that 4 sessions on 2 cores each hear their answer start
+soon.
 
 One llama.cpp context holds ``slots`` sequences in one shared KV cache of ``n_ctx`` tokens
 (``n_seq_max`` = slots, ``kv_unified`` on): any one answer may use the whole context (a long

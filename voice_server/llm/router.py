@@ -7,10 +7,10 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from .errors import ModelNotFound
+from .errors import LLMTimeout, ModelNotFound
 from .types import ChatRequest, ChatResult, LLMProvider, StreamEvent
 
-__all__ = ["LLMRouter"]
+__all__ = ["LLMRouter", "stream_within"]
 
 
 class LLMRouter:
@@ -84,6 +84,21 @@ class LLMRouter:
     async def aclose(self) -> None:
         for provider in self.providers.values():
             await provider.aclose()
+
+
+async def stream_within(router: LLMRouter, request: ChatRequest,
+                        timeout_s: float | None) -> AsyncIterator[StreamEvent]:
+    """``router.stream(request)``, failing with ``LLMTimeout`` when the whole answer takes longer
+    than ``timeout_s`` (None: no limit); the provider's stream is closed however it ends."""
+    stream = router.stream(request)
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for event in stream:
+                yield event
+    except TimeoutError:
+        raise LLMTimeout("the LLM did not finish in time") from None
+    finally:
+        await stream.aclose()
 
 
 def _fields(request: ChatRequest) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""A model worker whose calls the compute pool admits: speech to text and text to speech."""
+"""A model worker whose calls the compute pool admits (speech to text, text to speech, the
+end-of-turn model), and the lifecycle those stages share."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 from ..compute import ComputePool
 from ..workers import ServiceSpec, SupervisedWorker, WorkerCallFailed, WorkerError
 
-__all__ = ["PooledWorker"]
+__all__ = ["PooledModel", "PooledWorker"]
 
 log = logging.getLogger(__name__)
 
@@ -47,3 +48,23 @@ class PooledWorker:
 
     async def aclose(self) -> None:
         await self.worker.aclose()
+
+
+class PooledModel:
+    """What every pooled model stage shares: ``load`` starts its worker (which loads the model
+    and passes its self-test before it is ready), ``health`` is the worker's plus ``about`` (what
+    model it runs), ``aclose`` stops it."""
+
+    def __init__(self, models: PooledWorker, about: dict[str, str]) -> None:
+        self._models = models
+        self._about = about
+        self.worker = models.worker
+
+    async def load(self) -> None:
+        await self._models.start()
+
+    def health(self) -> dict[str, Any]:
+        return {**self.worker.health(), **self._about}
+
+    async def aclose(self) -> None:
+        await self._models.aclose()

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..compute import ComputePool
 from ..workers import ServiceSpec
-from .pooled import PooledWorker
+from .pooled import PooledModel, PooledWorker
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -124,7 +124,7 @@ class WhisperService:
         return tokenizer.decode(cut_loop(tokens, hit_budget=len(tokens) >= budget)).strip()
 
 
-class WhisperSTT:
+class WhisperSTT(PooledModel):
     """Transcriptions in the STT worker, admitted by the compute pool (see compute.py)."""
 
     name = "faster-whisper"
@@ -136,9 +136,8 @@ class WhisperSTT:
         spec = ServiceSpec(f"{__name__}:WhisperService", {
             "model": self.model_ref, "compute_type": compute_type, "beam_size": beam_size,
             "language": language, "threads": threads, "window_s": window_s})
-        self._models = PooledWorker("stt", spec, pool, error=STTError, what="speech to text",
-                                    on_restart=on_restart)
-        self.worker = self._models.worker
+        super().__init__(PooledWorker("stt", spec, pool, error=STTError, what="speech to text",
+                                      on_restart=on_restart), {"model": self.model_ref})
 
     @classmethod
     def from_settings(cls, pool: ComputePool, settings: Settings,
@@ -148,16 +147,6 @@ class WhisperSTT:
                    beam_size=settings.stt_beam_size, language=settings.stt_language,
                    threads=settings.stt_threads, window_s=settings.stt_window_s,
                    on_restart=on_restart)
-
-    async def load(self) -> None:
-        """Start the worker: it loads the model and runs one short pass before it is ready."""
-        await self._models.start()
-
-    def health(self) -> dict[str, Any]:
-        return {**self.worker.health(), "model": self.model_ref}
-
-    async def aclose(self) -> None:
-        await self._models.aclose()
 
     async def transcribe(self, pcm: np.ndarray, *, urgent: bool = True) -> str:
         """Transcribe 16 kHz mono int16 audio (``urgent``: someone waits for it, see

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..compute import ComputePool
 from ..workers import ServiceSpec
-from .pooled import PooledWorker
+from .pooled import PooledModel, PooledWorker
 
 __all__ = ["PiperService", "PiperTTS", "TTSError", "default_piper_voice", "quiet_onnxruntime"]
 
@@ -92,7 +92,7 @@ class PiperService:
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int16)
 
 
-class PiperTTS:
+class PiperTTS(PooledModel):
     """Synthesis in the TTS worker, admitted by the compute pool (see compute.py)."""
 
     name = "piper"
@@ -102,24 +102,13 @@ class PiperTTS:
         self.voice_path = Path(voice) if voice else default_piper_voice()
         spec = ServiceSpec(f"{__name__}:PiperService",
                            {"voice": str(self.voice_path), "threads": threads})
-        self._models = PooledWorker("tts", spec, pool, error=TTSError, what="text to speech",
-                                    on_restart=on_restart)
-        self.worker = self._models.worker
-
-    async def load(self) -> None:
-        """Start the worker: it loads the voice and speaks one word before it is ready."""
-        await self._models.start()
+        super().__init__(PooledWorker("tts", spec, pool, error=TTSError, what="text to speech",
+                                      on_restart=on_restart), {"voice": str(self.voice_path)})
 
     @property
     def sample_rate(self) -> int:
         """The voice's rate (known once the worker has been ready)."""
         return int(self.worker.info["sample_rate"])
-
-    def health(self) -> dict[str, Any]:
-        return {**self.worker.health(), "voice": str(self.voice_path)}
-
-    async def aclose(self) -> None:
-        await self._models.aclose()
 
     async def synthesize(self, text: str, *, urgent: bool = False) -> np.ndarray:
         """Synthesize ``text`` to mono int16 PCM at ``sample_rate`` (``urgent``: the first

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..config import Settings
-from ..llm import ChatRequest, LLMError, LLMRouter, LLMTimeout, Usage
+from ..llm import ChatRequest, LLMError, LLMRouter, LLMTimeout, Usage, stream_within
 from ..metrics import TurnRecord, session_tag
 from ..protocol import (
     Error,
@@ -133,18 +133,13 @@ class ChatResponder:
         request = ChatRequest(messages=messages, model=self._model,
                               temperature=self._temperature, max_tokens=self._max_tokens,
                               timeout_s=self._timeout_s)
-        stream = self._router.stream(request)
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                async for event in stream:
-                    if event.text:
-                        yield event.text
-                    if event.done:
-                        ctx.usage = event.usage
-        except TimeoutError:
-            raise LLMTimeout("the LLM did not finish in time") from None
-        finally:
-            await stream.aclose()
+        async with contextlib.aclosing(
+                stream_within(self._router, request, self._timeout_s)) as events:
+            async for event in events:
+                if event.text:
+                    yield event.text
+                if event.done:
+                    ctx.usage = event.usage
 
 
 class Turn:

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..compute import ComputePool
 from ..workers import ServiceSpec
-from .pooled import PooledWorker
+from .pooled import PooledModel, PooledWorker
 from .tts import quiet_onnxruntime
 
 __all__ = ["SMART_TURN_SHA256", "SmartTurn", "SmartTurnService", "TurnModelError",
@@ -105,7 +105,7 @@ class SmartTurnService:
         return float(np.asarray(out[0]).ravel()[0])
 
 
-class SmartTurn:
+class SmartTurn(PooledModel):
     """End-of-turn probabilities from the turn-model worker, admitted by the compute pool."""
 
     name = "smart-turn-v3.2"
@@ -116,18 +116,9 @@ class SmartTurn:
         spec = ServiceSpec(f"{__name__}:SmartTurnService", {
             "model": self.model_ref, "threads": 1,
             "sha256": None if model else SMART_TURN_SHA256})
-        self._models = PooledWorker("turn", spec, pool, error=TurnModelError,
-                                    what="end-of-turn model", on_restart=on_restart)
-        self.worker = self._models.worker
-
-    async def load(self) -> None:
-        await self._models.start()
-
-    def health(self) -> dict[str, Any]:
-        return {**self.worker.health(), "model": self.model_ref}
-
-    async def aclose(self) -> None:
-        await self._models.aclose()
+        super().__init__(PooledWorker("turn", spec, pool, error=TurnModelError,
+                                      what="end-of-turn model", on_restart=on_restart),
+                         {"model": self.model_ref})
 
     async def complete(self, pcm: np.ndarray) -> float:
         """Probability that the turn in ``pcm`` is complete (``TurnModelError`` on failure)."""

@@ -5,7 +5,7 @@ frames without a long gap), ``end`` (with the utterance audio, pre-roll included
 ``end_silence_ms`` of trailing silence. Short noises below the minimum produce nothing, so they
 neither start an utterance nor barge in (DESIGN.md, "Barge-in").
 
-Two optional early signals serve latency (issue 8) without changing those decisions:
+Two optional early signals serve latency without changing those decisions:
 
 - ``duck`` after ``duck_ms`` of voiced audio in a not-yet-confirmed candidate, and ``reject`` when
   that candidate dies: the server pauses its outbound audio on ``duck`` (so a real barge-in is

@@ -1,4 +1,4 @@
-"""Playbooks: multi-stage tool-calling agents defined in YAML (issue 5).
+"""Playbooks: multi-stage tool-calling agents defined in YAML.
 
 - ``schema``: the file format (pydantic; published as ``playbooks/schema.json``);
 - ``loader``: YAML -> checked ``Playbook``, errors located by file, line and column;

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 from ..llm import LLMError, LLMRouter
 from ..pipeline.turn import DEFAULT_WINDOW, HistoryWindow, TurnContext
 from ..protocol import Message, StageChange, ToolCallEnd, ToolCallStart
+from ..settings_flags import add_settings_flags, settings_from_args
 from .errors import PlaybookLoadError
 from .lint import lint
 from .loader import load_playbook
@@ -38,8 +39,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     validate.set_defaults(func=_validate)
     chat = sub.add_parser("chat", help="type to a playbook agent in the terminal")
     chat.add_argument("file", metavar="FILE")
-    from ..cli import add_settings_flags
-
     add_settings_flags(chat)
     chat.set_defaults(func=_chat)
     schema = sub.add_parser("schema", help="print the playbook JSON Schema")
@@ -74,7 +73,6 @@ def _schema(args: argparse.Namespace) -> int:
 
 
 def _chat(args: argparse.Namespace) -> int:
-    from ..cli import settings_from_args
     from ..llm.registry import build_router
 
     try:

@@ -1,8 +1,8 @@
 """Slot filling, pure: a stage's ``collect`` gathers a tool's arguments from what the caller says.
 
 A small model asked to call ``book_table`` in free conversation invents names and times, or never
-calls it (issue 18: 0 bookings in 10 with the default model). So the engine, not the model, runs
-the conversation of such a stage. On each user turn:
+calls it (0 bookings in 10 with the default model when we measured it). So the engine, not the
+model, runs the conversation of such a stage. On each user turn:
 
 1. **note**: one short request whose answer must be a JSON object (a structured-output
    ``response_format``: the local model's grammar, or the endpoint's own) holding the tool's

@@ -1,6 +1,6 @@
 """The playbook engine, pure: state and events in, new state and decisions out. No I/O, no clock.
 
-Events (issue 5, "Conditions"):
+Events:
 - ``start_turn(state, text, now, intent)``: a user turn begins; ``timeout_s``, ``max_turns``,
   ``keyword`` and ``intent`` transitions are checked (``needs_intent`` says whether the caller
   must classify the turn first);

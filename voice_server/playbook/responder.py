@@ -1,4 +1,4 @@
-"""``PlaybookResponder``: the turn pipeline's ``Responder`` for a playbook (issue 5).
+"""``PlaybookResponder``: the turn pipeline's ``Responder`` for a playbook.
 
 One call of ``respond(ctx)`` is one user turn:
 
@@ -40,7 +40,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
 from typing import Any
 
-from ..llm import ChatRequest, LLMError, LLMRouter, LLMTimeout, ToolCall, Usage
+from ..llm import ChatRequest, LLMError, LLMRouter, ToolCall, Usage, stream_within
 from ..pipeline.turn import DEFAULT_WINDOW, HistoryWindow, TurnContext, llm_messages
 from ..protocol import StageChange, ToolCallEnd, ToolCallStart
 from .collect import FactSheet
@@ -211,19 +211,14 @@ class PlaybookResponder:
 
     async def _stream(self, ctx: TurnContext,
                       request: ChatRequest) -> AsyncIterator[str | tuple[ToolCall, ...]]:
-        stream = self._router.stream(request)
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                async for event in stream:
-                    if event.text:
-                        yield event.text
-                    if event.done:
-                        _add_usage(ctx, event.usage)
-                        yield tuple(event.tool_calls)
-        except TimeoutError:
-            raise LLMTimeout("the LLM did not finish in time") from None
-        finally:
-            await stream.aclose()
+        async with contextlib.aclosing(
+                stream_within(self._router, request, self._timeout_s)) as events:
+            async for event in events:
+                if event.text:
+                    yield event.text
+                if event.done:
+                    _add_usage(ctx, event.usage)
+                    yield tuple(event.tool_calls)
 
     async def _tool_round(self, ctx: TurnContext, st: PlaybookState,
                           calls: tuple[ToolCall, ...], spoken: str,

@@ -2,7 +2,8 @@
 
 Nothing a tool does can crash a turn: bad JSON, arguments that break the tool's JSON Schema,
 unknown tools, exceptions, timeouts and HTTP failures all become a ``ToolOutcome`` with ``ok=False``
-and an ``error`` text that is fed back to the model (issue 5, "robustness").
+and an ``error`` text that is fed back to the model, so that it can
+correct itself.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Optional connection auth and TURN credentials (issue 9; DESIGN.md "Scale").
+"""Optional connection auth and TURN credentials (DESIGN.md "Scale").
 
 Sans-I/O: pure functions over strings and a clock.
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 
-from ..cli import add_llm_flags, run_async, serve_until_signal, settings_from_args
+from ..kit import add_llm_flags, serve_sidecar, settings_from_args
 
 __all__ = ["add_sidecar_parser"]
 
@@ -36,26 +35,14 @@ def add_sidecar_parser(sidecar_subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from .service import BrokerOptions
+    from .sidecar import BrokerSidecarConfig, run_sidecar
+
     settings = settings_from_args(args)
-
-    async def main() -> int:
-        from ...llm.registry import build_router
-        from .service import BrokerOptions
-        from .sidecar import BrokerSidecarConfig, run_sidecar
-
-        config = BrokerSidecarConfig(
-            host=args.host, port=args.port, http_port=args.http_port,
-            options=BrokerOptions(models=dict(args.models), max_tokens=args.max_tokens,
-                                  temperature=settings.llm_temperature,
-                                  request_timeout_s=settings.llm_timeout_s,
-                                  max_message_bytes=args.max_message_bytes))
-        router = build_router(settings)
-        try:
-            async with run_sidecar(router, config) as ready:
-                print(json.dumps(ready), flush=True)
-                await serve_until_signal()
-        finally:
-            await router.aclose()
-        return 0
-
-    return run_async(main, settings.log_level)
+    config = BrokerSidecarConfig(
+        host=args.host, port=args.port, http_port=args.http_port,
+        options=BrokerOptions(models=dict(args.models), max_tokens=args.max_tokens,
+                              temperature=settings.llm_temperature,
+                              request_timeout_s=settings.llm_timeout_s,
+                              max_message_bytes=args.max_message_bytes))
+    return serve_sidecar(run_sidecar, settings, config)

@@ -1,4 +1,4 @@
-"""Async client helpers for the broker (spec "Error handling", client side; notes 1.5).
+"""Async client helpers for the broker (spec "Error handling", client side).
 
 - ``send_request`` raises ``BrokerError`` on transport/protocol failures and request-level errors.
 - ``request_completion`` returns one ``ChatCompletion`` or raises (an item error included).

@@ -23,13 +23,13 @@ __all__ = [
     "encode_frame",
 ]
 
-#: 10 MB, decimal as in the origin (``DEFAULT_MAX_MESSAGE_BYTES = 10_000_000``).
+#: 10 MB, decimal as in the original (``DEFAULT_MAX_MESSAGE_BYTES = 10_000_000``).
 DEFAULT_MAX_MESSAGE_BYTES = 10_000_000
 PREFIX = struct.Struct(">I")
 
 
 def dumps(obj: Any) -> bytes:
-    """Compact UTF-8 JSON: no spaces, non-ASCII kept raw (the origin's encoder settings).
+    """Compact UTF-8 JSON: no spaces, non-ASCII kept raw (the original's encoder settings).
 
     Text holding lone surrogates (legal in JSON escapes, not in UTF-8) is written escaped.
     """
@@ -52,7 +52,7 @@ def encode_frame(obj: dict[str, Any], *, max_bytes: int = DEFAULT_MAX_MESSAGE_BY
 def decode_payload(payload: bytes) -> dict[str, Any]:
     """Decode one payload: UTF-8, then JSON, then "must be an object"; ``FrameError`` otherwise.
 
-    The messages are CPython's decoder texts, passed through as the origin does (notes 1.3).
+    The messages are CPython's decoder texts, passed through as the original does.
     """
     try:
         text = payload.decode("utf-8")

@@ -1,9 +1,9 @@
 """Broker DTOs with the spec's strict rules (spec "Data model"), and safe request parsing.
 
 ``from_dict`` is strict (unknown keys rejected, types checked, exclusivity rules enforced) and
-raises ``WireValidationError`` whose message contains the origin's stable substrings, e.g.
-``"only one of 'prompt' or 'prompts'"`` (notes 1.5). ``to_dict`` always writes every key, with
-explicit ``null``s, as the origin's encoder does.
+raises ``WireValidationError`` whose message contains the original's stable substrings, e.g.
+``"only one of 'prompt' or 'prompts'"``. ``to_dict`` always writes every key, with
+explicit ``null``s, as the original's encoder does.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ class ModelUsage:
 
 @dataclass(slots=True)
 class ChatCompletion:
-    """One LLM call, in the origin's ``ChatCompletion.to_dict()`` shape (notes 1.2 and 1.6 #1)."""
+    """One LLM call, in the original's ``ChatCompletion.to_dict()`` shape."""
 
     root_model: str
     prompt: Prompt
@@ -212,7 +212,7 @@ class WireResult:
 class WireResponse:
     """Spec "Response": a request-level ``error`` xor ``results`` (the writer's invariant).
 
-    As in the origin, a reader accepts both being ``null``; client helpers reject it.
+    As in the original, a reader accepts both being ``null``; client helpers reject it.
     """
 
     correlation_id: str | None = None
@@ -245,7 +245,7 @@ class WireResponse:
 
 
 def safe_error_message(exc: BaseException) -> str:
-    """Client-safe text for an exception: never a traceback (spec "Error handling", notes 1.3)."""
+    """Client-safe text for an exception: never a traceback (spec "Error handling")."""
     if isinstance(exc, LLMError | ValueError | TypeError):
         return str(exc) or type(exc).__name__
     if isinstance(exc, TimeoutError):
@@ -259,7 +259,7 @@ def try_parse_request(payload: bytes | dict[str, Any]) -> WireRequest | WireResp
     """A ``WireRequest``, or a ``WireResponse(error=...)`` for any decode/validation failure.
 
     ``correlation_id`` is echoed on validation errors only when it was a string; on framing
-    errors (bad UTF-8 or JSON, not an object) it is ``null`` (notes 1.3).
+    errors (bad UTF-8 or JSON, not an object) it is ``null``.
     """
     if isinstance(payload, bytes | bytearray):
         try:

@@ -1,11 +1,11 @@
 """The broker's asyncio TCP server: a thin shell moving bytes through ``FrameDecoder``.
 
-Spec "Transport framing" and notes 1.2: the origin answers one request per connection; we also
+Spec "Transport framing": the original answers one request per connection; we also
 answer further frames on the same connection, in order. A framing failure (oversize prefix,
 bad UTF-8 or JSON, not an object) is answered with one error frame; an oversize prefix then
 closes the connection, since the stream cannot be resynchronised. A close inside a length prefix
 gets no reply; a close inside a payload is answered ``{"correlation_id": null, "error":
-"Connection error", "results": null}``, as the origin's connection-error path does (notes 1.5),
+"Connection error", "results": null}``, as the original's connection-error path does,
 for a client that only half-closed and still reads.
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
 
+from ..kit import ConnectionTasks, close_stream, stop_servers
 from .codec import FrameDecoder, encode_frame
 from .errors import FrameTooLarge, FrameTruncated
 from .messages import WireRequest, WireResponse, safe_error_message, try_parse_request
@@ -36,12 +36,11 @@ class BrokerServer:
         self.host = host
         self.port = port
         self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._count = 0
+        self._connections = ConnectionTasks("broker")
 
     @property
     def connections(self) -> int:
-        return len(self._tasks)
+        return len(self._connections)
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._handle, self.host, self.port)
@@ -51,16 +50,7 @@ class BrokerServer:
     async def close(self) -> None:
         """Stop listening and cancel every connection; safe to call twice."""
         server, self._server = self._server, None
-        if server is not None:
-            server.close()
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=5.0)
-        if server is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(server.wait_closed(), 5.0)
+        await stop_servers([server] if server is not None else [], self._connections)
 
     async def __aenter__(self) -> BrokerServer:
         await self.start()
@@ -70,15 +60,7 @@ class BrokerServer:
         await self.close()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        # The connection runs in its own named task, so that close() can cancel it without
-        # cancelling asyncio's callback task (which logs spuriously on 3.11 when cancelled).
-        self._count += 1
-        task = asyncio.create_task(self._connection(reader, writer),
-                                   name=f"broker-conn-{self._count}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        await asyncio.wait([task])
-        writer.close()  # also when the task was cancelled before it ever ran
+        await self._connections.serve(self._connection(reader, writer), writer)
 
     async def _connection(self, reader: asyncio.StreamReader,
                           writer: asyncio.StreamWriter) -> None:
@@ -87,9 +69,7 @@ class BrokerServer:
         except (ConnectionError, TimeoutError) as exc:
             log.debug("broker connection ended: %s", safe_error_message(exc))
         finally:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(writer.wait_closed(), 1.0)
+            await close_stream(writer)
 
     async def _send(self, writer: asyncio.StreamWriter, response: WireResponse) -> None:
         try:

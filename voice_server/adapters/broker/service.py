@@ -1,8 +1,8 @@
-"""Broker semantics over the ``llm/`` layer, without sockets (notes 1.3 "Server semantics").
+"""Broker semantics over the ``llm/`` layer, without sockets.
 
 - ``model`` null, missing or blank: the default model. A configured name: that model, and
   ``root_model`` is the name the LLM layer resolved it to. Anything else is unknown: a per-item
-  error for ``prompt``, a request-level error for ``prompts`` (the origin's asymmetry, kept).
+  error for ``prompt``, a request-level error for ``prompts`` (the original's asymmetry, kept).
 - Batched prompts run concurrently; results keep request order and cardinality; one failing
   item is an item error. A batch over ``batch_timeout_s`` is a request-level "Request timed out".
 - Every completion of a request with a ``correlation_id`` is recorded (spec "Docker proxy

@@ -1,8 +1,8 @@
 """``voice-server sidecar caller [--host H] [--port P] [--stdio] ...``
 
 Spec: specs/sidecar-llm-caller-mcp.md ("Integration context": 127.0.0.1:4037; "Dependencies and
-contracts": client registry and provider catalog files in the origin's formats). Options fall
-back to the origin's ``LLM_CALLER_*`` variables; the chat model of the default ``local``
+contracts": client registry and provider catalog files in the original's formats). Options fall
+back to the original's ``LLM_CALLER_*`` variables; the chat model of the default ``local``
 provider follows the server's ``VOICE_SERVER_*`` settings (or ``--config``).
 """
 
@@ -11,12 +11,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from voice_server.config import ConfigError, config_file_from_env, env_value, load_settings
 
+from ..kit import configure_logging, stop_event
 from .config import (
     CallerConfigError,
     CallerOptions,
@@ -66,8 +66,7 @@ def add_sidecar_parser(sidecars: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging("INFO")
     try:
         return asyncio.run(_main(args))
     except (CallerConfigError, ConfigError) as exc:
@@ -110,10 +109,7 @@ async def _main(args: argparse.Namespace) -> int:
                 async with stdio_server() as (read, write):
                     await server.run(read, write, server.create_initialization_options())
                 return 0
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, stop.set)
+            stop = stop_event()
             server = build_mcp_server(service)
             async with CallerHTTPServer(service, server, host=options.host,
                                         port=options.port) as http:

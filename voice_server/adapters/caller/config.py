@@ -1,7 +1,7 @@
-"""Configuration of the caller in the origin's file formats, plus its own options.
+"""Configuration of the caller in the original's file formats, plus its own options.
 
 Spec: specs/sidecar-llm-caller-mcp.md, "Dependencies and contracts" (client registry, provider
-catalog). File formats (notes 3.2): ``{"clients": [{"toolId", "token", "allowedMethods"}]}``
+catalog). File formats: ``{"clients": [{"toolId", "token", "allowedMethods"}]}``
 and ``{"providers": {KEY: {"baseUrl", "defaultModel", "capabilities", "defaults", "scores",
 "notes"}}}``. Our additions to a provider entry: ``"kind": "local"`` (the embedded chat model and
 the offline embedding model; no ``baseUrl``), ``apiKeyEnv`` (the variable holding the key) and
@@ -47,7 +47,7 @@ class CallerConfigError(CallerError):
 
 class _ClientModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    toolId: str = Field(min_length=1)  # noqa: N815 - the origin's file format
+    toolId: str = Field(min_length=1)  # noqa: N815 - the original's file format
     token: str = Field(min_length=1)
     allowedMethods: list[Literal["chat", "chatStream", "embed", "getHealth", "models"]] = Field(  # noqa: N815
         min_length=1)
@@ -61,7 +61,8 @@ class _RegistryModel(BaseModel):
 
 
 class ProviderEntry(BaseModel):
-    """One provider of the catalog (origin fields plus ``kind``, ``apiKeyEnv``, ``modelPath``)."""
+    """One provider of the catalog: the original's fields plus ``kind``, ``apiKeyEnv`` and
+    ``modelPath``."""
 
     model_config = ConfigDict(extra="forbid")
     kind: Literal["openai", "local"] = "openai"
@@ -143,7 +144,7 @@ def _first_error(exc: ValidationError) -> str:
 
 
 def load_client_registry(path: str | Path) -> ClientRegistry:
-    """Read the origin's ``client-registry.json``."""
+    """Read the original's ``client-registry.json``."""
     try:
         doc = _RegistryModel.model_validate(_read_json(path, "client registry"))
     except ValidationError as exc:
@@ -159,7 +160,7 @@ def parse_providers(data: Any, source: str = "providers") -> dict[str, ProviderE
 
 
 def load_providers(path: str | Path) -> dict[str, ProviderEntry]:
-    """Read the origin's ``providers.json`` (provider order is kept: it breaks routing ties)."""
+    """Read the original's ``providers.json`` (provider order is kept: it breaks routing ties)."""
     return parse_providers(_read_json(path, "providers file"), str(path))
 
 
@@ -173,7 +174,7 @@ def _env_int(name: str, default: int) -> int:
 
 @dataclass(slots=True)
 class CallerOptions:
-    """Runtime options (flags, else the origin's ``LLM_CALLER_*`` variables, else defaults)."""
+    """Runtime options (flags, else the original's ``LLM_CALLER_*`` variables, else defaults)."""
 
     host: str = "127.0.0.1"
     port: int = 4037

@@ -1,7 +1,9 @@
 """The caller's error taxonomy (sans-I/O): classes, HTTP statuses, sanitized texts, retry hints.
 
-Spec: specs/sidecar-llm-caller-mcp.md, "Transport status & retry semantics" and "Error taxonomy";
-the sanitized messages, the clamp and the 401/403 split follow the origin (notes 3.2, 3.6 #10).
+Spec: specs/sidecar-llm-caller-mcp.md, "Transport status & retry semantics" and "Error taxonomy".
+A client sees one fixed sentence per classification (a provider's own text may carry prompts,
+keys or URLs), retry hints clamped to 60 s, and 401 for a missing or unknown token apart from 403
+for a known client calling a method it is not allowed.
 """
 
 from __future__ import annotations
@@ -9,15 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from voice_server.llm.errors import (
-    LLMAuthError,
-    LLMBadRequest,
-    LLMError,
-    LLMRateLimited,
-    LLMTimeout,
-    LLMUnavailable,
-    ModelNotFound,
-)
+from voice_server.llm.errors import LLMError
 
 __all__ = [
     "CLASS_STATUS",
@@ -45,6 +39,11 @@ _SANITIZED = {
     "CONFIG": "Provider configuration error.",
 }
 RETRYABLE = frozenset({"TEMPORARY", "RATE_LIMIT"})
+# the LLM layer's error kinds; an error of no kind here is classified by its HTTP status
+_CLASS_OF_KIND = {
+    "rate_limited": "RATE_LIMIT", "auth": "AUTH", "bad_request": "PERMANENT",
+    "model_not_found": "PERMANENT", "timeout": "TEMPORARY", "unavailable": "TEMPORARY",
+}
 
 
 def clamp_retry_after_ms(value: Any) -> int | None:
@@ -98,25 +97,21 @@ class ProviderError(CallerError):
 
 
 def classify(exc: LLMError) -> ProviderError:
-    """Map the LLM layer's error tree to the taxonomy (origin ``mapStatusToClassification``)."""
-    detail = str(exc)
-    if isinstance(exc, LLMRateLimited):
-        hint = exc.retry_after * 1000 if exc.retry_after is not None else None
-        return ProviderError("RATE_LIMIT", retry_after_ms=hint, detail=detail)
-    if isinstance(exc, LLMAuthError):
-        return ProviderError("AUTH", detail=detail)
-    if isinstance(exc, LLMBadRequest | ModelNotFound):
-        return ProviderError("PERMANENT", detail=detail)
-    if isinstance(exc, LLMTimeout | LLMUnavailable):
-        return ProviderError("TEMPORARY", detail=detail)
-    status = exc.status
+    """Map the LLM layer's error tree to the taxonomy: by the error's kind, else its status."""
+    classification = _CLASS_OF_KIND.get(exc.kind) or _class_of_status(exc.status)
+    retry_after_s = getattr(exc, "retry_after", None) if classification == "RATE_LIMIT" else None
+    hint = retry_after_s * 1000 if retry_after_s is not None else None
+    return ProviderError(classification, retry_after_ms=hint, detail=str(exc))
+
+
+def _class_of_status(status: int | None) -> str:
     if status in (401, 403):
-        return ProviderError("AUTH", detail=detail)
+        return "AUTH"
     if status == 429:
-        return ProviderError("RATE_LIMIT", detail=detail)
+        return "RATE_LIMIT"
     if status is not None and 400 <= status < 500:
-        return ProviderError("PERMANENT", detail=detail)
-    return ProviderError("TEMPORARY", detail=detail)
+        return "PERMANENT"
+    return "TEMPORARY"
 
 
 def bad_request(message: str) -> CallerError:

@@ -1,7 +1,7 @@
 """The five caller methods as real MCP tools (official ``mcp`` SDK, low-level ``Server``).
 
 Spec: specs/sidecar-llm-caller-mcp.md, "Interface decision summary" (MCP, JSON-RPC over
-loopback) and "Method catalog"; how to expose it (notes 3.4): tools ``chat``, ``chatStream``,
+loopback) and "Method catalog"; how to expose it: tools ``chat``, ``chatStream``,
 ``embed``, ``listModels``, ``getHealth``; ``inputSchema`` is the published request schema minus
 ``callerTool`` (it comes from the client token); results carry ``structuredContent`` and the
 same JSON as text; taxonomy errors are tool errors (``isError``) whose text is the HTTP error

@@ -3,7 +3,7 @@
 Spec: specs/sidecar-llm-caller-mcp.md, "Phase 3 capability-routing interface updates"
 (``providerInfo.routing``: ``capability-default`` | ``caller-override`` | ``fallback``) and
 "Response metadata" (optional per-client rate limiting -> 429 with ``Retry-After``). Scoring is
-the origin's (notes 3.2, "Routing"): ``scores[cap]`` + 50 when ``defaults[cap]`` exists, ties go
+the original's: ``scores[cap]`` + 50 when ``defaults[cap]`` exists, ties go
 to the earlier provider.
 """
 
@@ -23,7 +23,7 @@ DEFAULT_BONUS = 50
 
 class UnknownProvider(CallerError):
     """The caller named a provider that is not configured (a dispatch failure, INTERNAL_ERROR,
-    as the origin answers it)."""
+    as the original answers it)."""
 
     def __init__(self, what: str) -> None:
         super().__init__(500, "INTERNAL_ERROR", what)

@@ -2,7 +2,7 @@
 
 Spec: specs/sidecar-llm-caller-mcp.md, "Method catalog" (payloads share the envelope
 ``requestId``, ``timestamp``, ``callerTool``) and "Transport status & retry semantics" (schema
-violations are HTTP 400 ``BAD_REQUEST``; the origin's 500 is a bug, notes 3.6 #1).
+violations are HTTP 400 ``BAD_REQUEST``; the original's 500 is a bug).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ provider, embeddings through each provider's ``embed``).
 
 Spec: specs/sidecar-llm-caller-mcp.md ("Method catalog", "Phase 3 capability-routing interface
 updates", "Response metadata", "Transport status & retry semantics"). Decision against the
-origin (notes 3.5): when chat retries run out, the last provider error keeps its retry hint,
+original: when chat retries run out, the last provider error keeps its retry hint,
 because the spec says the hint is surfaced whenever a provider requests backoff.
 """
 
@@ -83,7 +83,7 @@ class CallerService:
                     seen.add(id(provider))
                     await provider.aclose()
 
-    # -- access control (notes 3.2: 401 missing token, 403 unknown token or method) ---------
+    # -- access control (401: missing token; 403: unknown token or method) ---------
 
     def authorize(self, token: str | None, method: str) -> ClientEntry:
         if not token:
@@ -104,7 +104,7 @@ class CallerService:
     def _prepare(self, schema: str, body: Any, client: ClientEntry) -> dict[str, Any]:
         self.schemas.validate(schema, body)
         body = {**body, "callerTool": client.tool_id}  # the token decides who is calling
-        self._admit(client)  # after validation, before dispatch (origin order)
+        self._admit(client)  # after validation, before dispatch (the original's order)
         return body
 
     def _select(self, capability: str, body: dict[str, Any], what: str) -> Selection:

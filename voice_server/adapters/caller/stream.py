@@ -3,7 +3,7 @@
 Spec: specs/sidecar-llm-caller-mcp.md, "Response metadata": events are sanitized (control
 characters stripped, payloads truncated to 4,000 chars); on error the final SSE chunk carries
 ``{error, message, retryAfterMs}``. The drop rules and the ``[DONE]`` terminator follow the
-origin (notes 3.2, "Sanitizing").
+original.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ __all__ = [
     "sanitize_text",
 ]
 
-MAX_CONTENT_UNITS = 4000  # UTF-16 code units, like the origin's JavaScript string length
+MAX_CONTENT_UNITS = 4000  # UTF-16 code units, like the original's JavaScript string length
 DONE_FRAME = b"data: [DONE]\n\n"
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 

@@ -2,7 +2,9 @@
 
 A sans-I/O NDJSON codec (``codec``), envelope validation and builders (``messages``), the host
 over TCP, Unix sockets or any stream (``server``), and a client (``client``). The Hyperswarm
-bridge (Node) lives in ``hyperswarm/`` and pipes peers to the host.
+bridge (Node) lives in ``hyperswarm/`` and pipes peers to the host. Where the spec is silent, the
+host behaves as the original host it replaces ("the original" in comments), so that its clients
+work unchanged.
 """
 
 from .client import HostClient

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 
-from ..cli import add_llm_flags, run_async, serve_until_signal, settings_from_args
+from ..kit import add_llm_flags, run_async, serve_sidecar, settings_from_args
 
 __all__ = ["add_sidecar_parser", "register"]
 
@@ -59,31 +58,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from .server import HostOptions
+    from .sidecar import HostSidecarConfig, run_sidecar
+
     settings = settings_from_args(args)
-
-    async def main() -> int:
-        from ...llm.registry import build_router
-        from .server import HostOptions
-        from .sidecar import HostSidecarConfig, run_sidecar
-
-        options = HostOptions(model=args.model, max_clients=args.max_clients,
-                              concurrency=args.concurrency, max_tokens=args.max_tokens,
-                              temperature=settings.llm_temperature,
-                              **({"host_name": args.host_name} if args.host_name else {}))
-        config = HostSidecarConfig(
-            host=args.host, port=None if args.no_tcp else args.port, unix_path=args.unix,
-            swarm_key=args.swarm_key, swarm_bootstrap=args.swarm_bootstrap,
-            swarm_direct=args.swarm_direct, options=options)
-        router = build_router(settings)
-        try:
-            async with run_sidecar(router, config) as ready:
-                print(json.dumps(ready), flush=True)
-                await serve_until_signal()
-        finally:
-            await router.aclose()
-        return 0
-
-    return run_async(main, settings.log_level)
+    options = HostOptions(model=args.model, max_clients=args.max_clients,
+                          concurrency=args.concurrency, max_tokens=args.max_tokens,
+                          temperature=settings.llm_temperature,
+                          **({"host_name": args.host_name} if args.host_name else {}))
+    config = HostSidecarConfig(
+        host=args.host, port=None if args.no_tcp else args.port, unix_path=args.unix,
+        swarm_key=args.swarm_key, swarm_bootstrap=args.swarm_bootstrap,
+        swarm_direct=args.swarm_direct, options=options)
+    return serve_sidecar(run_sidecar, settings, config)
 
 
 def _chat(args: argparse.Namespace) -> int:

@@ -1,7 +1,7 @@
 """A Python client of the host protocol over any byte stream: TCP, a Unix socket, or the stdio
 of a bridge process (the Hyperswarm bridge in ``connect`` mode).
 
-Client rules as the origin's (notes 2.3, client side): wait up to 15 s for ``server_info``; one
+Client rules as the original's: wait up to 15 s for ``server_info``; one
 active request at a time; a prompt over 8192 UTF-8 bytes is refused locally; an inactivity
 timer (30 s) runs from ``chat_start`` and restarts on each message; an ``error`` with the active
 id, or with no id, ends the request; ``abort`` sends ``{type, request_id}`` without a payload.

@@ -1,6 +1,6 @@
 """Sans-I/O NDJSON framing of the host protocol (spec "Requirement: NDJSON Framing").
 
-One JSON value per line, lines split on ``\\n`` only. As in the origin (notes 2.2), empty lines
+One JSON value per line, lines split on ``\\n`` only. As in the original, empty lines
 are skipped and lines that are not valid UTF-8 JSON are dropped silently (counted in
 ``dropped``); a value that is not an object is passed on, so that envelope validation can answer
 ``BAD_MESSAGE``. A line longer than the limit raises ``LineTooLong`` as soon as the limit is
@@ -16,7 +16,7 @@ from .errors import LineTooLong
 
 __all__ = ["MAX_LINE_BYTES", "LineDecoder", "encode"]
 
-#: 64 KiB, the origin's decoder buffer limit.
+#: 64 KiB, the original's decoder buffer limit.
 MAX_LINE_BYTES = 64 * 1024
 
 

@@ -1,7 +1,7 @@
 """Host protocol messages: envelope validation, error codes, limits and builders.
 
 Spec "Requirement: Message Envelope" and the message requirements; shapes and messages as the
-origin's ``validate.ts`` (notes 2.2): the envelope needs a known string ``type`` and, if present,
+original's ``validate.ts``: the envelope needs a known string ``type`` and, if present,
 a string ``request_id`` (else "Invalid message envelope"); a known type with a bad shape is
 "Invalid <type> message". Extra keys are ignored.
 """
@@ -32,7 +32,7 @@ __all__ = [
 
 MAX_CLIENTS = 5
 CLIENT_TIMEOUT_S = 30.0
-#: "8 KB", counted in UTF-8 bytes (notes 2.5 #1).
+#: "8 KB", counted in UTF-8 bytes.
 MAX_PROMPT_BYTES = 8192
 
 MESSAGE_TYPES = frozenset({"server_info", "chat_start", "chat_chunk", "chat_end", "abort",
@@ -42,7 +42,7 @@ _STATUSES = frozenset({"ready", "busy"})
 
 
 class ErrorCode(StrEnum):
-    """Spec "Requirement: Error Codes", plus the origin's client-local ``USER_DISCONNECTED``."""
+    """Spec "Requirement: Error Codes", plus the original's client-local ``USER_DISCONNECTED``."""
 
     INVALID_SERVER_ID = "INVALID_SERVER_ID"
     CONNECT_FAILED = "CONNECT_FAILED"
@@ -120,7 +120,7 @@ def chat_end(request_id: str, finish_reason: str = "stop") -> dict[str, Any]:
 
 
 def abort(request_id: str) -> dict[str, Any]:
-    """As the origin's client sends it: no payload (notes 2.5 #6)."""
+    """As the original's client sends it: no payload."""
     return {"type": "abort", "request_id": request_id}
 
 

@@ -1,10 +1,11 @@
 """The NDJSON host: serves the ``llm/`` layer over any byte stream (TCP, Unix socket, a bridge).
 
-Behaviour follows the spec's requirements and, where it is silent, the origin's relay (notes
-2.3): ``server_info`` on connect (``busy`` while the gate is full); ``chat_start`` streams
-``chat_chunk``s then ``chat_end{stop}``; ``abort`` of this connection's active request cancels
-it and answers ``chat_end{abort}`` (anything else: no reply); failures are one ``error`` with
-the request id instead of a ``chat_end``; a disconnect cancels the generation silently.
+Behaviour follows the spec's requirements and, where it is silent, the reference relay that
+existing clients were written against: ``server_info`` on connect (``busy`` while the gate is
+full); ``chat_start`` streams ``chat_chunk``s then ``chat_end{stop}``; ``abort`` of this
+connection's active request cancels it and answers ``chat_end{abort}`` (anything else: no
+reply); failures are one ``error`` with the request id instead of a ``chat_end``; a disconnect
+cancels the generation silently.
 """
 
 from __future__ import annotations
@@ -19,17 +20,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...llm import (
-    ChatRequest,
-    LLMAuthError,
-    LLMBadRequest,
-    LLMError,
-    LLMRateLimited,
-    LLMRouter,
-    LLMTimeout,
-    LLMUnavailable,
-    ModelNotFound,
-)
+from ...llm import ChatRequest, LLMError, LLMRouter
+from ..kit import ConnectionTasks, close_stream, stop_servers
 from . import messages as m
 from .codec import MAX_LINE_BYTES, LineDecoder, encode
 from .errors import LineTooLong, ProtocolViolation
@@ -58,22 +50,23 @@ class HostOptions(BaseModel):
 
 
 def map_generation_error(exc: BaseException, timeout_s: float) -> tuple[str, str]:
-    """``(code, message)`` for a failed generation: the origin's table (notes 2.3) mapped from
-    the LLM layer's error tree; unknown exceptions never leak their text."""
-    if isinstance(exc, TimeoutError | LLMTimeout):
+    """``(code, message)`` for a failed generation, mapped from the LLM layer's error kinds
+    onto the spec's codes; unknown exceptions never leak their text."""
+    if not isinstance(exc, LLMError | TimeoutError):
+        return m.ErrorCode.GENERATION_FAILED, "Unknown error during generation"
+    kind = exc.kind if isinstance(exc, LLMError) else "timeout"
+    if kind == "timeout":
         return m.ErrorCode.TIMEOUT_NO_RESPONSE, \
             f"No response from model for {timeout_s:g} seconds"
-    if isinstance(exc, ModelNotFound):
+    if kind == "model_not_found":
         return m.ErrorCode.OLLAMA_MODEL_NOT_AVAILABLE, f"Model not available: {exc}"
-    if isinstance(exc, LLMUnavailable):
-        if exc.status is None:
+    if kind == "unavailable":
+        if getattr(exc, "status", None) is None:  # no answer at all: the model is not running
             return m.ErrorCode.OLLAMA_NOT_FOUND, "Cannot connect to the model (not running?)"
         return m.ErrorCode.GENERATION_FAILED, f"Model server error: {exc}"
-    if isinstance(exc, LLMBadRequest | LLMAuthError | LLMRateLimited):
+    if kind in ("bad_request", "auth", "rate_limited"):
         return m.ErrorCode.GENERATION_FAILED, f"Invalid request: {exc}"
-    if isinstance(exc, LLMError):
-        return m.ErrorCode.GENERATION_FAILED, str(exc) or "Unknown error during generation"
-    return m.ErrorCode.GENERATION_FAILED, "Unknown error during generation"
+    return m.ErrorCode.GENERATION_FAILED, str(exc) or "Unknown error during generation"
 
 
 class _Connection:
@@ -156,7 +149,7 @@ class _Connection:
 
     async def abort(self, message: m.Message) -> None:
         if self.active is None or self.active[0] != message.request_id:
-            return  # unknown, finished or another connection's request: no reply (notes 2.3)
+            return  # unknown, finished or another connection's request: no reply
         task = self.active[1]
         task.cancel()
         await asyncio.wait([task])
@@ -223,18 +216,17 @@ class HostServer:
         self.model_name = router.resolve(self.options.model)[1]
         self.generations: set[asyncio.Task[None]] = set()
         self._servers: list[asyncio.Server] = []
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._connections = ConnectionTasks("host")
         self._active = 0
-        self._count = 0
 
     @property
     def clients(self) -> int:
-        return len(self._tasks)
+        return len(self._connections)
 
     @property
     def connection_tasks(self) -> frozenset[asyncio.Task[None]]:
         """The running connection tasks (await them to see a peer fully handled)."""
-        return frozenset(self._tasks)
+        return self._connections.tasks
 
     @property
     def busy(self) -> bool:
@@ -266,13 +258,7 @@ class HostServer:
     async def close(self) -> None:
         """Stop listening, cancel every connection and generation; safe to call twice."""
         servers, self._servers = self._servers, []
-        for server in servers:
-            server.close()
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=5.0)
+        await stop_servers(servers, self._connections)
         if servers and self.unix_path is not None:
             with contextlib.suppress(OSError):
                 os.unlink(self.unix_path)
@@ -285,12 +271,8 @@ class HostServer:
         await self.close()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        # Run the connection in our own named task so close() can cancel it cleanly.
-        self._count += 1
-        task = asyncio.create_task(self.serve_stream(reader, writer),
-                                   name=f"host-conn-{self._count}")
-        await asyncio.wait([task])
-        writer.close()
+        # serve_stream counts the peer itself, once it is admitted
+        await self._connections.serve(self.serve_stream(reader, writer), writer, count=False)
 
     async def serve_stream(self, reader: asyncio.StreamReader,
                            writer: asyncio.StreamWriter) -> None:
@@ -304,11 +286,9 @@ class HostServer:
                         await writer.drain()
                 return
             if task is not None:
-                self._tasks.add(task)
+                self._connections.add(task)
             await _Connection(self, reader, writer).run()
         finally:
             if task is not None:
-                self._tasks.discard(task)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(writer.wait_closed(), 1.0)
+                self._connections.discard(task)
+            await close_stream(writer)

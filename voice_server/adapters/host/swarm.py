@@ -1,6 +1,6 @@
 """Python side of the Hyperswarm bridge (``hyperswarm/bridge.js``, Node).
 
-The original host talks to clients over Hyperswarm, which exists only for Node (notes 2.1). The
+The original host talks to clients over Hyperswarm, which exists only for Node. The
 bridge moves bytes only: ``serve`` announces a topic and pipes each peer to this host's TCP port
 or Unix socket; ``connect`` finds the host and pipes its own stdin/stdout to it, so that
 ``HostClient.spawn(connect_command(...))`` speaks the protocol through it.

@@ -10,13 +10,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
-import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from ...config import config_file_from_env, env_value
+from ..kit import configure_logging, stop_event
 from .codec import parse_run_request
 from .errors import PromptError, ToolNotFound
 from .factory import PROVIDERS
@@ -308,14 +307,10 @@ def _cmd_sidecar(args: argparse.Namespace) -> int:
     from .server import PromptSidecar
     from .service import open_service
 
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(args.log_level)
 
     async def go() -> int:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+        stop = stop_event()
         async with open_service(db=args.db, data_dir=args.data_dir,
                                 secrets_file=args.secrets_file,
                                 settings=_settings(args)) as service, \

@@ -1,6 +1,6 @@
 """Sans-I/O codec of ``prompt.v1.PromptService/Run``: bytes in, values out, bytes to send.
 
-Spec: specs/sidecar-prompt-service.md ("Data Model", "gRPC (JSON) Flow"); the origin's exact
+Spec: specs/sidecar-prompt-service.md ("Data Model", "gRPC (JSON) Flow"); the original's exact
 behaviour and the choices taken here are in notes/sidecar-origins.md 4.2-4.6 and 5.2:
 
 - request keys are accepted in snake_case and in proto-JSON lowerCamelCase (4.6 #4);
@@ -8,7 +8,7 @@ behaviour and the choices taken here are in notes/sidecar-origins.md 4.2-4.6 and
 - the response is the spec's canonical object in snake_case with explicit zeros (4.6 #2);
 - Connect answers are chosen by the request content type (4.6 #1): ``application/json`` gets
   standard Connect unary (non-200 + ``{code, message}``), ``application/connect+json`` (and any
-  other JSON-ish type, as the origin does not check it) gets the origin's 200 + ``{"error":…}``;
+  other JSON-ish type, as the original does not check it) gets the original's 200 + ``{"error":…}``;
 - gRPC messages use the 5-byte length prefix (PROTOCOL-HTTP2 "Length-Prefixed-Message").
 """
 
@@ -74,7 +74,7 @@ def parse_run_request(body: bytes | str | dict[str, Any]) -> RunRequest:
         if len(body) > MAX_MESSAGE_BYTES:
             raise InvalidArgument("request body too large")
         try:
-            # strict, as the origin's protojson: "invalid escape code", numbers out of range
+            # strict, as the original's protojson: "invalid escape code", numbers out of range
             raw = loads_strict(body)
         except ValueError:
             raise InvalidArgument("invalid JSON body") from None
@@ -115,7 +115,7 @@ def parse_run_request(body: bytes | str | dict[str, Any]) -> RunRequest:
 
 def normalize_tools(tools: list[Any]) -> list[dict[str, Any]]:
     """``ToolDefinition`` list -> OpenAI chat ``tools``; entries without a function name are
-    dropped (notes 4.2); a non-object entry is an ``invalid JSON body``."""
+    dropped; a non-object entry is an ``invalid JSON body``."""
     out = []
     for tool in tools:
         if not isinstance(tool, dict):
@@ -145,7 +145,7 @@ def _compact(value: Any) -> str:
 
 
 def normalize_input(value: Any) -> str:
-    """``input`` (string or blocks) -> one prompt, as the origin does (notes 4.2, check 8):
+    """``input`` (string or blocks) -> one prompt, as the original does:
     blocks ``{type:"text",text}`` and ``{content}`` give their text, strings pass, any other
     item is compact JSON; the parts are joined with newlines and trimmed."""
     if value is None:
@@ -198,7 +198,7 @@ def encode_json(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-# --- Connect (notes 4.3, 4.6 #1, 5.2) -------------------------------------------------------
+# --- Connect -------------------------------------------------------
 
 ConnectMode = str  # "standard" | "compat" | "unsupported"
 
@@ -207,7 +207,7 @@ _CONNECT_HEADERS = {"Connect-Protocol-Version": "1"}
 
 def connect_mode(content_type: str | None) -> ConnectMode:
     """``application/json`` -> standard Connect unary; a protobuf codec -> unsupported (415);
-    anything else -> the origin's variant, which ignores the content type."""
+    anything else -> the original's variant, which ignores the content type."""
     media = (content_type or "").split(";", 1)[0].strip().lower()
     if media == "application/json":
         return "standard"
@@ -227,7 +227,7 @@ def connect_success(mode: ConnectMode, response: dict[str, Any]
 
 def connect_error(mode: ConnectMode, error: PromptError) -> tuple[int, dict[str, str], bytes]:
     """(status, headers, body) of a failed unary call: standard Connect uses the code's HTTP
-    status and ``{code, message}``; the origin's variant answers 200 with ``{"error":…}`` and a
+    status and ``{code, message}``; the original's variant answers 200 with ``{"error":…}`` and a
     ``Connect-Error-Code`` header."""
     if mode == "compat":
         headers = {"Content-Type": "application/connect+json", **_CONNECT_HEADERS,

@@ -1,22 +1,14 @@
 """One exception tree for the prompt service; every error carries its Connect code.
 
-The codes and their HTTP and gRPC equivalents follow the Connect protocol (notes 5.2) with the
-choices of the spec's origin review (notes 4.6 #3): a missing ``tool_name`` is
-``invalid_argument``, an unknown tool or secret is ``not_found``, the rest is mapped from the
-``llm/`` error tree. Messages are ours: a driver's or provider's own text never reaches a client.
+The codes and their HTTP and gRPC equivalents are the Connect protocol's, so that any Connect or
+gRPC client reads them: a missing ``tool_name`` is ``invalid_argument``, an unknown tool or secret
+is ``not_found`` (the spec's ``tool_not_found``), the rest is mapped from the ``llm/`` error tree.
+Messages are ours: a driver's or provider's own text never reaches a client.
 """
 
 from __future__ import annotations
 
-from ...llm.errors import (
-    LLMAuthError,
-    LLMBadRequest,
-    LLMError,
-    LLMRateLimited,
-    LLMTimeout,
-    LLMUnavailable,
-    ModelNotFound,
-)
+from ...llm.errors import LLMError
 
 __all__ = [
     "CONNECT_HTTP_STATUS",
@@ -111,20 +103,18 @@ class StoreError(PromptError):
     code = "unavailable"
 
 
+# the LLM layer's error kinds -> (client-safe message, Connect code)
+_ERROR_OF_KIND: dict[str, tuple[str, str]] = {
+    "timeout": ("the model did not answer in time", "deadline_exceeded"),
+    "rate_limited": ("the model provider is rate limiting requests", "resource_exhausted"),
+    "unavailable": ("the model provider is unavailable", "unavailable"),
+    "auth": ("the model provider rejected the tool's credentials", "failed_precondition"),
+    "model_not_found": ("model not found", "not_found"),
+    "bad_request": ("the model provider rejected the request", "invalid_argument"),
+}
+
+
 def from_llm_error(exc: LLMError) -> PromptError:
     """Map the ``llm/`` taxonomy to a client-safe error (the provider's text is not copied)."""
-    if isinstance(exc, LLMTimeout):
-        return PromptError("the model did not answer in time", code="deadline_exceeded")
-    if isinstance(exc, LLMRateLimited):
-        return PromptError("the model provider is rate limiting requests",
-                           code="resource_exhausted")
-    if isinstance(exc, LLMUnavailable):
-        return PromptError("the model provider is unavailable", code="unavailable")
-    if isinstance(exc, LLMAuthError):
-        return PromptError("the model provider rejected the tool's credentials",
-                           code="failed_precondition")
-    if isinstance(exc, ModelNotFound):
-        return PromptError("model not found", code="not_found")
-    if isinstance(exc, LLMBadRequest):
-        return PromptError("the model provider rejected the request", code="invalid_argument")
-    return PromptError("the model call failed", code="internal")
+    message, code = _ERROR_OF_KIND.get(exc.kind, ("the model call failed", "internal"))
+    return PromptError(message, code=code)

@@ -53,7 +53,7 @@ class PromptService:
         self._new_id = new_id
 
     def chat_request(self, config: ToolConfig, request: RunRequest) -> ChatRequest:
-        """Request values win over the tool's defaults (spec "CLI Flow" 6, notes 4.2)."""
+        """Request values win over the tool's defaults (spec "CLI Flow" 6)."""
         settings = config.settings
         messages: list[dict[str, Any]] = []
         system = settings.get("system_prompt")

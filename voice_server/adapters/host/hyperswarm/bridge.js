@@ -8,7 +8,7 @@
 //   bridge.js connect --key K [--bootstrap H:P,...] [--bind H] [--direct] [--timeout S]
 //       find the host on the topic; pipe stdin/stdout to the first peer connection
 //
-// The topic is the Server ID decoded from base58 when it is 32 bytes (the origin's pairing),
+// The topic is the Server ID decoded from base58 when it is 32 bytes (the original's pairing),
 // otherwise SHA-256 of the key text. Status lines are JSON on stdout (serve) or stderr
 // (connect, whose stdout carries the protocol). With --bootstrap the DHT node binds to --bind
 // (default 127.0.0.1) and --direct declares it reachable without holepunching (needed for

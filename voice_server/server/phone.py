@@ -29,6 +29,7 @@ from aiohttp import WSMsgType, web
 from ..metrics import session_tag
 from ..pipeline.audio import STT_RATE, MulawCodec, Resampler
 from ..protocol import Error, Message, twilio
+from ..serving import Site
 from .conversation import Conversation, ConversationServices
 from .listening import Listener, TurnModel
 from .phone_line import PhoneLine
@@ -91,8 +92,7 @@ class PhoneEndpoint:
     def __init__(self, server: PhoneHost) -> None:
         self.server = server
         self.settings = server.settings
-        self._runner: web.AppRunner | None = None
-        self._site: web.TCPSite | None = None
+        self._site: Site | None = None
         self.calls: set[PhoneCall] = set()
 
     async def __aenter__(self) -> PhoneEndpoint:
@@ -100,10 +100,7 @@ class PhoneEndpoint:
         app.router.add_route("POST", VOICE_PATH, self.voice)
         app.router.add_route("GET", VOICE_PATH, self.voice)
         app.router.add_get(MEDIA_PATH, self.media)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await self._runner.setup()
-        self._site = web.TCPSite(self._runner, self.settings.host, self.settings.phone_port)
-        await self._site.start()
+        self._site = await Site(app, self.settings.host, self.settings.phone_port).start()
         log.info("phone (Twilio Media Streams) on http://%s:%d%s", self.settings.host,
                  self.port, VOICE_PATH)
         return self
@@ -111,14 +108,14 @@ class PhoneEndpoint:
     async def __aexit__(self, *exc: object) -> None:
         for call in list(self.calls):
             await call.hang_up()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._site is not None:
+            await self._site.aclose()
+            self._site = None
 
     @property
     def port(self) -> int:
-        assert self._site is not None and self._site._server is not None
-        return self._site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        assert self._site is not None
+        return self._site.port
 
     def _signed(self, request: web.Request, url: str, params: dict[str, str]) -> bool:
         token = self.settings.twilio_auth_token

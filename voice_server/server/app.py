@@ -96,7 +96,7 @@ class VoiceServer:
         self.playbooks = PlaybookRegistry(folder) if folder.is_dir() else None
         self._playbook_responders: dict[tuple[str, int], PlaybookResponder] = {}
         self.sidecars: dict[str, dict[str, str]] = {}
-        self.phone: Any = None  # PhoneEndpoint when phone_port is set
+        self.phone: Any = None  # PhoneEndpoint when phone calls are on
         self._stack = contextlib.AsyncExitStack()
         self._site: Site | None = None
         self._sockets: set[ServerWebSocket] = set()
@@ -130,19 +130,24 @@ class VoiceServer:
             self.sidecars = await self._stack.enter_async_context(
                 launch_sidecars(self.router, self.settings.sidecars))
             log.info("sidecars: %s", self.sidecars)
-        if self.settings.phone_port is not None:
+        if self.settings.phone or self.settings.phone_port is not None:
             from .phone import PhoneEndpoint  # noqa: PLC0415 - only when configured
 
             self.phone = await self._stack.enter_async_context(PhoneEndpoint(self))
         self._site = await Site(self._app(), self.settings.host, self.settings.port).start()
         log.info("voice-server %s listening on ws://%s:%d/ws", __version__, self.settings.host,
                  self.port)
+        if self.phone is not None:
+            log.info("phone (Twilio Media Streams) on http://%s:%d/twilio/voice",
+                     self.settings.host, self.port)
         return self
 
     def _app(self) -> web.Application:
         # no request bodies here but the phone webhook's small form
         app = web.Application(client_max_size=64 * 1024)
         app.on_response_prepare.append(_no_server_header)
+        if self.phone is not None:
+            self.phone.add_routes(app)
         app.router.add_route("*", "/{path:.*}", self._request)
         return app
 
@@ -195,6 +200,8 @@ class VoiceServer:
             await self._site.stop_accepting()
             await asyncio.gather(*(ws.close(1001, "server shutting down")
                                    for ws in list(self._sockets)))
+            if self.phone is not None:
+                await self.phone.hang_up_all()
             await self._site.aclose()  # the connections' handlers end: sessions persisted
             self._site = None
         for conn in list(self.live.values()):
@@ -392,7 +399,8 @@ class VoiceServer:
             "stores": {"sessions": store},
             "webrtc": True,
             "sidecars": self.sidecars,
-            "phone": {"port": self.phone.port, "signed": bool(self.settings.twilio_auth_token)}
+            "phone": {"port": self.phone.port or self.port,
+                      "signed": bool(self.settings.twilio_auth_token)}
             if self.phone is not None else None,
             "connections": len(self.live),
         }

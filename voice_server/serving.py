@@ -22,11 +22,14 @@ log = logging.getLogger(__name__)
 
 class Site:
     def __init__(self, app: web.Application, host: str | None, port: int, *,
-                 shutdown_timeout_s: float = 10.0) -> None:
+                 shutdown_timeout_s: float = 10.0, cancel_on_disconnect: bool = False) -> None:
+        """``cancel_on_disconnect``: a handler still running when its client goes away is
+        cancelled (a stream that waits on a slow upstream stops waiting); else it runs on."""
         self.app = app
         self.host = host
         self.requested_port = port
         self._shutdown_timeout_s = shutdown_timeout_s
+        self._cancel_on_disconnect = cancel_on_disconnect
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
         self._port: int | None = None
@@ -35,7 +38,8 @@ class Site:
         # No access log (a log line per static file or health probe drowns the turns) and no
         # signal handlers: the process that runs the server owns SIGINT and SIGTERM.
         runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
-                               shutdown_timeout=self._shutdown_timeout_s)
+                               shutdown_timeout=self._shutdown_timeout_s,
+                               handler_cancellation=self._cancel_on_disconnect)
         await runner.setup()
         self._runner = runner
         try:

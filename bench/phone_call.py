@@ -66,7 +66,7 @@ async def one_call(server: VoiceServer, llm: FakeOpenAI, question: bytes, interr
                    ) -> dict[str, float | None]:
     from twilio.request_validator import RequestValidator
 
-    url = f"ws://127.0.0.1:{server.phone.port}/twilio/media"
+    url = f"ws://127.0.0.1:{server.port}/twilio/media"
     sig = RequestValidator(AUTH_TOKEN).compute_signature(url, {})
     llm.script.clear()
     llm.add("Sure, here is the answer you asked for.", LONG, "Okay, stopping.")
@@ -102,7 +102,7 @@ async def one_call(server: VoiceServer, llm: FakeOpenAI, question: bytes, interr
 
 async def main(calls: int) -> None:
     async with FakeOpenAI(default_text="Okay.") as llm:
-        settings = load_settings(port=0, phone_port=0, twilio_auth_token=AUTH_TOKEN,
+        settings = load_settings(port=0, phone=True, twilio_auth_token=AUTH_TOKEN,
                                  llm_provider="openai_compat", llm_base_url=llm.base_url,
                                  llm_model="fake-model", log_level="WARNING")
         async with VoiceServer(settings) as server:

@@ -37,8 +37,6 @@ def _serve(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    if settings.log_level.upper() != "DEBUG":  # one line per HTTP request is noise
-        logging.getLogger("websockets.server").setLevel(logging.WARNING)
     try:
         asyncio.run(run_forever(settings))
     except KeyboardInterrupt:

@@ -247,11 +247,12 @@ class Settings(BaseSettings):
                     '"http_port": 8791}, "host": {"port": 8792}}')
 
     # phone calls (Twilio Media Streams; docs/phone.md)
-    phone_port: int | None = Field(None, ge=0, le=65535, description="port of the phone "
-                                   "endpoints (Twilio voice webhook /twilio/voice, media "
-                                   "stream /twilio/media); unset: no phone calls")
+    phone: bool = Field(False, description="answer phone calls: the Twilio voice webhook "
+                        "/twilio/voice and media stream /twilio/media on the server's port")
+    phone_port: int | None = Field(None, ge=0, le=65535, description="also serve the phone "
+                                   "endpoints on this port of their own (turns phone on)")
     phone_public_url: str | None = Field(None, description="the public https:// URL Twilio "
-                                         "reaches the phone port at (a tunnel or proxy); "
+                                         "reaches the phone endpoints at (a tunnel or proxy); "
                                          "default: the webhook request's Host and "
                                          "X-Forwarded-Proto")
     twilio_auth_token: str | None = Field(None, description="the Twilio account's auth token: "

@@ -1,5 +1,6 @@
-"""A voice server with the phone endpoints on (Twilio signatures checked), real STT, TTS and
-turn-taking, a scripted LLM; the fake Twilio (tests/support/fake_twilio.py) calls it."""
+"""A voice server with the phone endpoints on (Twilio signatures checked) on its own port and
+on ``phone_port``, real STT, TTS and turn-taking, a scripted LLM; the fake Twilio
+(tests/support/fake_twilio.py) calls it."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ async def phone_llm() -> AsyncIterator[FakeOpenAI]:
 
 @pytest_asyncio.fixture(scope="session")
 async def phone_server(phone_llm: FakeOpenAI) -> AsyncIterator[VoiceServer]:
-    settings = load_settings(port=0, phone_port=0, twilio_auth_token=AUTH_TOKEN,
+    settings = load_settings(port=0, phone=True, phone_port=0, twilio_auth_token=AUTH_TOKEN,
                              llm_provider="openai_compat", llm_base_url=phone_llm.base_url,
                              llm_model="fake-model")
     async with VoiceServer(settings) as server:

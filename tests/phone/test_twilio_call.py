@@ -24,12 +24,13 @@ LONG_REPLY = ("Paris is the capital of France. It sits on the river Seine and ha
               "bridges draw millions of visitors every single year from all over the world.")
 
 
-def base(server) -> str:
-    return f"http://127.0.0.1:{server.phone.port}"
+def base(server, port: int | None = None) -> str:
+    """The server's own port (the page, /ws and the phone share it), or ``port``."""
+    return f"http://127.0.0.1:{port or server.port}"
 
 
-def media_url(server) -> str:
-    return f"ws://127.0.0.1:{server.phone.port}/twilio/media"
+def media_url(server, port: int | None = None) -> str:
+    return f"ws://127.0.0.1:{port or server.port}/twilio/media"
 
 
 def call(server, **kw) -> FakeTwilio:
@@ -38,8 +39,9 @@ def call(server, **kw) -> FakeTwilio:
 
 
 async def post_webhook(server, query: str = "", *, sign: bool = True,
-                       form: dict[str, str] | None = None) -> tuple[int, str, str]:
-    url = f"{base(server)}/twilio/voice{query}"
+                       form: dict[str, str] | None = None,
+                       port: int | None = None) -> tuple[int, str, str]:
+    url = f"{base(server, port)}/twilio/voice{query}"
     form = CALL_FORM if form is None else form
     headers = {"X-Twilio-Signature": signature(url, form)} if sign else {}
     async with aiohttp.ClientSession() as http, http.post(url, data=form,
@@ -70,6 +72,21 @@ async def test_the_webhook_answers_twiml_that_streams_the_call_here(phone_server
         with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
             await http.ws_connect(media_url(phone_server))
         assert refused.value.status == 403
+
+
+async def test_phone_port_serves_the_endpoints_on_a_port_of_their_own(phone_server) -> None:
+    """With ``phone_port`` set the webhook is also answered there, its TwiML pointing the
+    stream at that port; /health names it."""
+    port = phone_server.phone.port
+    assert port is not None and port != phone_server.port
+    status, _, body = await post_webhook(phone_server, port=port)
+    assert status == 200, (status, body)
+    stream = ET.fromstring(body).find("./Connect/Stream")
+    assert stream is not None and stream.get("url") == media_url(phone_server, port)
+    status, _, _ = await post_webhook(phone_server, port=port, sign=False)
+    assert status == 403
+    report = await phone_server.health()
+    assert report["phone"] == {"port": port, "signed": True}
 
 
 async def test_a_spoken_question_gets_a_spoken_answer_on_the_same_stream(

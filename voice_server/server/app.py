@@ -1,4 +1,5 @@
-"""The voice server: one asyncio process serving HTTP routes and WebSocket signaling on one port.
+"""The voice server: one asyncio process serving HTTP routes and WebSocket signaling on one port
+(aiohttp: one server for plain requests and WebSocket upgrades).
 
 ``async with VoiceServer(settings) as server:`` loads the models, opens the session store and
 starts listening; leaving the block closes every connection and task.
@@ -17,7 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from websockets.asyncio.server import Server, ServerConnection, serve
+from aiohttp import web
 
 from .. import __version__
 from ..compute import ComputePool
@@ -33,12 +34,14 @@ from ..pipeline.turn import ChatResponder, HistoryWindow, Responder
 from ..pipeline.turn_model import SmartTurn, TurnModelError
 from ..playbook import PlaybookRegistry, PlaybookResponder
 from ..protocol import VisionAttachment
+from ..serving import Site
 from .auth import TokenSigner, turn_credentials
 from .connection import Connection
 from .http import HttpRoutes
 from .limits import Admission, MemoryBudget
 from .rtc import rtc_factory
 from .sessions import InMemorySessionStore, Session, SessionStore
+from .websocket import ServerWebSocket
 
 if TYPE_CHECKING:
     from .phone import PhoneCall
@@ -50,6 +53,8 @@ log = logging.getLogger(__name__)
 WEB_CLIENT_DIR = Path(__file__).resolve().parents[2] / "web_client"
 PLAYBOOKS_DIR = Path(__file__).resolve().parents[2] / "playbooks"
 HEALTH_WAIT_S = 2.0  # the longest a dependency may take to report its health
+KEEPALIVE_S = 20.0  # a ping after this long without a frame; no pong within half of it: closed
+WRITE_LIMIT = 64 * 1024  # bytes buffered for a client before a send waits for it to read
 
 
 class VoiceServer:
@@ -91,9 +96,10 @@ class VoiceServer:
         self.playbooks = PlaybookRegistry(folder) if folder.is_dir() else None
         self._playbook_responders: dict[tuple[str, int], PlaybookResponder] = {}
         self.sidecars: dict[str, dict[str, str]] = {}
-        self.phone: Any = None  # PhoneEndpoint when phone_port is set
+        self.phone: Any = None  # PhoneEndpoint when phone calls are on
         self._stack = contextlib.AsyncExitStack()
-        self._server: Server | None = None
+        self._site: Site | None = None
+        self._sockets: set[ServerWebSocket] = set()
         self._started = time.monotonic()
         self.routes = HttpRoutes(health=self.health, metrics=self.metrics.render,
                                  static_dir=WEB_CLIENT_DIR,
@@ -124,23 +130,32 @@ class VoiceServer:
             self.sidecars = await self._stack.enter_async_context(
                 launch_sidecars(self.router, self.settings.sidecars))
             log.info("sidecars: %s", self.sidecars)
-        if self.settings.phone_port is not None:
+        if self.settings.phone or self.settings.phone_port is not None:
             from .phone import PhoneEndpoint  # noqa: PLC0415 - only when configured
 
             self.phone = await self._stack.enter_async_context(PhoneEndpoint(self))
-        self._server = await serve(
-            self._handle, self.settings.host, self.settings.port,
-            process_request=self.routes, max_size=self._frame_limit(),
-            compression=None, ping_interval=20, ping_timeout=20, server_header=None,
-            max_queue=2, write_limit=64 * 1024)
+        self._site = await Site(self._app(), self.settings.host, self.settings.port).start()
         log.info("voice-server %s listening on ws://%s:%d/ws", __version__, self.settings.host,
                  self.port)
+        if self.phone is not None:
+            log.info("phone (Twilio Media Streams) on http://%s:%d/twilio/voice",
+                     self.settings.host, self.port)
         return self
+
+    def _app(self) -> web.Application:
+        # no request bodies here but the phone webhook's small form
+        app = web.Application(client_max_size=64 * 1024)
+        app.on_response_prepare.append(_no_server_header)
+        if self.phone is not None:
+            self.phone.add_routes(app)
+        app.router.add_route("*", "/{path:.*}", self._request)
+        return app
 
     def _frame_limit(self) -> int:
         """A frame somewhat over ``max_message_bytes`` is read and answered INVALID_MESSAGE;
-        a larger one closes the connection (1009) unread. With ``max_queue`` 2, a connection
-        holds at most about four frames of this size (queued, being read, being handled)."""
+        a larger one closes the connection (1009) unread. Reading pauses while 64 KiB of
+        frames wait to be handled, so a connection holds at most a few frames of this size
+        (waiting, being read, being handled)."""
         limit = self.settings.max_message_bytes
         return limit + max(64 * 1024, limit // 8)
 
@@ -165,8 +180,8 @@ class VoiceServer:
         """Graceful shutdown: stop accepting, let running turns finish for up to ``grace_s``,
         persist every session and close its socket with 1001 "going away"."""
         self.draining = True
-        if self._server is not None:
-            self._server.close(close_connections=False)
+        if self._site is not None:
+            await self._site.stop_accepting()
         jobs = [job for conn in self.live.values() if (job := conn.running_job) is not None]
         if jobs:
             log.info("draining: waiting up to %.1f s for %d running turn(s)", grace_s, len(jobs))
@@ -181,10 +196,14 @@ class VoiceServer:
             await conn.shutdown(4000, "session resumed on another connection")
 
     async def aclose(self) -> None:
-        if self._server is not None:
-            self._server.close(close_connections=True)
-            await self._server.wait_closed()
-            self._server = None
+        if self._site is not None:
+            await self._site.stop_accepting()
+            await asyncio.gather(*(ws.close(1001, "server shutting down")
+                                   for ws in list(self._sockets)))
+            if self.phone is not None:
+                await self.phone.hang_up_all()
+            await self._site.aclose()  # the connections' handlers end: sessions persisted
+            self._site = None
         for conn in list(self.live.values()):
             await conn.close()
         await self._stack.aclose()
@@ -243,13 +262,30 @@ class VoiceServer:
 
     @property
     def port(self) -> int:
-        assert self._server is not None
-        return self._server.sockets[0].getsockname()[1]  # type: ignore[index]
+        assert self._site is not None
+        return self._site.port
 
     # ---- per-connection ---------------------------------------------------------------------
-    async def _handle(self, ws: ServerConnection) -> None:
+    async def _request(self, request: web.Request) -> web.StreamResponse:
+        """Every request on the port: an HTTP route (answered, then the connection closes),
+        or the llmrtc WebSocket once ``routes`` let its upgrade through."""
+        answer = await self.routes(request)
+        if answer is not None:
+            answer.force_close()
+            return answer
+        # no compression: audio is base64 and JSON is small, deflate would cost latency
+        ws = web.WebSocketResponse(max_msg_size=self._frame_limit(), compress=False,
+                                   heartbeat=KEEPALIVE_S, writer_limit=WRITE_LIMIT)
+        await ws.prepare(request)
+        socket = ServerWebSocket(ws, request)
+        self._sockets.add(socket)
         self.metrics.connections.inc()
-        await Connection(ws, self).run()
+        try:
+            await Connection(socket, self).run()
+        finally:
+            self._sockets.discard(socket)
+            await socket.close()
+        return ws
 
     def attach(self, session_id: str, conn: Connection | PhoneCall) -> None:
         self.live[session_id] = conn
@@ -363,10 +399,16 @@ class VoiceServer:
             "stores": {"sessions": store},
             "webrtc": True,
             "sidecars": self.sidecars,
-            "phone": {"port": self.phone.port, "signed": bool(self.settings.twilio_auth_token)}
+            "phone": {"port": self.phone.port or self.port,
+                      "signed": bool(self.settings.twilio_auth_token)}
             if self.phone is not None else None,
             "connections": len(self.live),
         }
+
+
+async def _no_server_header(request: web.Request, response: web.StreamResponse) -> None:
+    """No software name and version in the answers (aiohttp adds its own unless one is set)."""
+    response.headers["Server"] = "voice-server"
 
 
 async def run_forever(settings: Settings) -> None:

@@ -18,8 +18,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
-from websockets.exceptions import ConnectionClosed
-
 from ..metrics import session_tag
 from ..pipeline.audio import AudioFormatError, decode_base64_wav
 from ..pipeline.speech import ChunkMessageOutput
@@ -46,11 +44,10 @@ from .auth import AuthError, Principal, auth_message_token, query_token
 from .conversation import BUSY, Conversation, ConversationServices
 from .limits import TokenBucket, request_client
 from .sessions import Session
+from .websocket import ServerWebSocket, WebSocketClosed
 
 if TYPE_CHECKING:
     import ipaddress
-
-    from websockets.asyncio.server import ServerConnection
 
     from ..compute import ComputePool
     from ..config import Settings
@@ -90,7 +87,7 @@ class ConnectionHost(ConversationServices, Protocol):
 
 
 class Connection:
-    def __init__(self, ws: ServerConnection, server: ConnectionHost) -> None:
+    def __init__(self, ws: ServerWebSocket, server: ConnectionHost) -> None:
         self.ws = ws
         self.server = server
         self.settings = server.settings
@@ -121,7 +118,7 @@ class Connection:
             try:
                 async with asyncio.timeout(self.settings.send_timeout_s):
                     await self.ws.send(text)
-            except ConnectionClosed:
+            except WebSocketClosed:
                 pass
             except TimeoutError:
                 # a client that does not read cannot make us buffer without bound
@@ -137,15 +134,11 @@ class Connection:
 
     # ---- lifecycle ----------------------------------------------------------------------------
     def _requested_playbook(self) -> str | None:
-        request = getattr(self.ws, "request", None)
-        query = parse_qs(urlsplit(request.path).query) if request is not None else {}
-        values = query.get("playbook")
+        values = parse_qs(urlsplit(self.ws.path).query).get("playbook")
         return values[0] if values else self.settings.default_playbook
 
     def _remote_ip(self) -> str:
-        request = getattr(self.ws, "request", None)
-        return request_client(getattr(self.ws, "remote_address", None),
-                              request.headers if request is not None else None,
+        return request_client(self.ws.remote_address, self.ws.headers,
                               self.server.trusted_proxies)
 
     async def run(self) -> None:
@@ -165,8 +158,7 @@ class Connection:
     async def _authenticate(self) -> bool:
         """A token from ``?token=`` or a first ``{"type": "auth"}`` message (issue 9)."""
         assert self.server.signer is not None
-        request = getattr(self.ws, "request", None)
-        token = query_token(request.path) if request is not None else None
+        token = query_token(self.ws.path)
         try:
             if token is None:
                 async with asyncio.timeout(self.settings.auth_timeout_s):
@@ -177,7 +169,7 @@ class Connection:
             reason = str(exc)
         except TimeoutError:
             reason = "no token presented in time"
-        except ConnectionClosed:
+        except WebSocketClosed:
             return False
         await self.send_error(ErrorCode.CONNECTION_FAILED, f"unauthorized: {reason}")
         await self.ws.close(4401, "unauthorized")
@@ -212,7 +204,7 @@ class Connection:
                     log.info("closing idle connection (session %s)", session_tag(session.id))
                     await self.ws.close(1000, "idle timeout")
                     return
-                except ConnectionClosed:
+                except WebSocketClosed:
                     return
                 await self.handle_raw(raw)
         finally:

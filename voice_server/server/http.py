@@ -1,5 +1,6 @@
-"""Plain HTTP routes served on the WebSocket port (websockets' ``process_request`` hook):
-``GET /health``, ``GET /metrics``, the bundled page and the embeddable JS client (static.py).
+"""Plain HTTP routes served on the WebSocket port: ``GET /health``, ``GET /metrics``, the
+bundled page and the embeddable JS client (static.py), and the checks a ``/ws`` upgrade must
+pass before it is accepted (its Origin, an ``Upgrade`` request at all).
 
 ``/health`` tells everyone the status only; its details (models, file names, versions, counts)
 go to an operator: with auth on, a request bearing a valid token; with auth off, one from this
@@ -17,8 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from websockets.datastructures import Headers
-from websockets.http11 import Request, Response
+from aiohttp import web
 
 from .auth import AuthError, TokenSigner, query_token
 from .limits import Network, request_client
@@ -32,14 +32,13 @@ log = logging.getLogger(__name__)
 
 
 def response(status: HTTPStatus, body: bytes | str, content_type: str,
-             extra: dict[str, str] | None = None) -> Response:
+             extra: dict[str, str] | None = None) -> web.Response:
     data = body.encode() if isinstance(body, str) else body
-    headers = Headers({"Content-Type": content_type, "Content-Length": str(len(data)),
-                       "Connection": "close", **(extra or {})})
-    return Response(status.value, status.phrase, headers, data)
+    return web.Response(status=status, body=data,
+                        headers={"Content-Type": content_type, **(extra or {})})
 
 
-def json_response(status: HTTPStatus, payload: Any) -> Response:
+def json_response(status: HTTPStatus, payload: Any) -> web.Response:
     return response(status, json.dumps(payload), "application/json",
                     {"Cache-Control": "no-store"})
 
@@ -68,12 +67,14 @@ def origin_allowed(origin: str | None, allowed: list[str], host: str | None = No
 
 
 class HttpRoutes:
-    """Answers non-WebSocket requests; returns None to let a ``/ws`` upgrade proceed."""
+    """Answers non-WebSocket requests; returns None to let a ``/ws`` upgrade proceed. A
+    ``HEAD`` gets the headers of its ``GET`` without the body (aiohttp leaves the body out)."""
 
     def __init__(self, *, health: Callable[[], Awaitable[dict[str, Any]]],
                  metrics: Callable[[], bytes], static_dir: Path | None,
                  allowed_origins: list[str],
-                 extra: dict[str, Callable[[Request], Awaitable[Response]]] | None = None,
+                 extra: dict[str, Callable[[web.Request], Awaitable[web.Response]]]
+                 | None = None,
                  signer: TokenSigner | None = None, trusted_proxies: Sequence[Network] = ()
                  ) -> None:
         self._health = health
@@ -84,34 +85,28 @@ class HttpRoutes:
         self._signer = signer
         self._trusted = trusted_proxies
 
-    def _operator(self, connection: Any, request: Request) -> bool:
+    def _operator(self, request: web.Request) -> bool:
         """With auth on: the request bears a valid token (``Authorization: Bearer`` or
         ``?token=``). With auth off: it comes from this machine (through a trusted proxy, the
         client it forwards for)."""
         if self._signer is not None:
             header = request.headers.get("Authorization", "")
             token = header[7:].strip() if header[:7].lower() == "bearer " else \
-                query_token(request.path)
+                query_token(request.raw_path)
             try:
                 self._signer.verify(token)
             except AuthError:
                 return False
             return True
-        client = request_client(getattr(connection, "remote_address", None), request.headers,
-                                self._trusted)
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        client = request_client(peer, request.headers, self._trusted)
         try:
             return ipaddress.ip_address(client).is_loopback
         except ValueError:
             return False
 
-    async def __call__(self, connection: Any, request: Request) -> Response | None:
-        answer = await self._route(connection, request)
-        if answer is not None and request.method == "HEAD":  # the headers, never a body
-            answer = Response(answer.status_code, answer.reason_phrase, answer.headers, b"")
-        return answer
-
-    async def _route(self, connection: Any, request: Request) -> Response | None:
-        path = urlsplit(request.path).path
+    async def __call__(self, request: web.Request) -> web.Response | None:
+        path = urlsplit(request.raw_path).path
         if path == WS_PATH:
             origin = request.headers.get("Origin")
             if not origin_allowed(origin, self._allowed, request.headers.get("Host")):
@@ -128,7 +123,7 @@ class HttpRoutes:
             report = await self._health()
             status = HTTPStatus.OK if report["status"] != "failed" else \
                 HTTPStatus.SERVICE_UNAVAILABLE
-            if not self._operator(connection, request):  # no paths, versions, counts
+            if not self._operator(request):  # no paths, versions, counts
                 report = {"status": report["status"]}
             answer = json_response(status, report)
             # a page whose WebSocket failed asks this to tell "origin refused" from "down"
@@ -140,13 +135,14 @@ class HttpRoutes:
             answer.headers["Vary"] = "Origin"
             return answer
         if path == "/metrics":
-            if self._signer is not None and not self._operator(connection, request):
+            if self._signer is not None and not self._operator(request):
                 return response(HTTPStatus.UNAUTHORIZED, "a token is required\n", "text/plain",
                                 {"WWW-Authenticate": "Bearer"})
             return response(HTTPStatus.OK, self._metrics(),
                             "text/plain; version=0.0.4; charset=utf-8")
         if path in self.extra:
             return await self.extra[path](request)
-        if self._static.routes(path) and (file := self._static.answer(request)) is not None:
+        if self._static.routes(path) and \
+                (file := self._static.answer(path, request.headers)) is not None:
             return file
         return response(HTTPStatus.NOT_FOUND, "not found\n", "text/plain")

@@ -1,8 +1,8 @@
 """Phone calls through Twilio Media Streams (bidirectional): the same conversation core,
 turn-taking and playbooks as the web page, over a telephone line.
 
-``PhoneEndpoint`` serves, on ``phone_port`` (aiohttp: Twilio's webhook is a form POST, which
-the WebSocket port's handshake hook cannot read):
+``PhoneEndpoint`` serves, on the server's port when ``phone`` is on, and also on a port of
+their own when ``phone_port`` is set:
 
 * ``POST|GET /twilio/voice``: the voice webhook. Answers TwiML ``<Connect><Stream
   url="wss://HOST/twilio/media">`` with the playbook as a ``<Parameter>`` (``?playbook=`` on the
@@ -29,6 +29,7 @@ from aiohttp import WSMsgType, web
 from ..metrics import session_tag
 from ..pipeline.audio import STT_RATE, MulawCodec, Resampler
 from ..protocol import Error, Message, twilio
+from ..serving import Site
 from .conversation import Conversation, ConversationServices
 from .listening import Listener, TurnModel
 from .phone_line import PhoneLine
@@ -85,40 +86,45 @@ class PhoneHost(ConversationServices, Protocol):
 
 
 class PhoneEndpoint:
-    """``async with PhoneEndpoint(server) as phone:`` serves the Twilio routes on
-    ``settings.phone_port`` (``phone.port`` is the bound one)."""
+    """``add_routes(app)`` puts the Twilio routes on the server's own application;
+    ``async with PhoneEndpoint(server) as phone:`` also serves them on ``settings.phone_port``
+    when that is set (``phone.port`` is then the bound port, else None). Leaving the block
+    hangs up every call."""
 
     def __init__(self, server: PhoneHost) -> None:
         self.server = server
         self.settings = server.settings
-        self._runner: web.AppRunner | None = None
-        self._site: web.TCPSite | None = None
+        self._site: Site | None = None
         self.calls: set[PhoneCall] = set()
 
-    async def __aenter__(self) -> PhoneEndpoint:
-        app = web.Application(client_max_size=64 * 1024)
+    def add_routes(self, app: web.Application) -> None:
         app.router.add_route("POST", VOICE_PATH, self.voice)
         app.router.add_route("GET", VOICE_PATH, self.voice)
         app.router.add_get(MEDIA_PATH, self.media)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await self._runner.setup()
-        self._site = web.TCPSite(self._runner, self.settings.host, self.settings.phone_port)
-        await self._site.start()
-        log.info("phone (Twilio Media Streams) on http://%s:%d%s", self.settings.host,
-                 self.port, VOICE_PATH)
+
+    async def __aenter__(self) -> PhoneEndpoint:
+        if self.settings.phone_port is not None:
+            app = web.Application(client_max_size=64 * 1024)  # a webhook's form is small
+            self.add_routes(app)
+            self._site = await Site(app, self.settings.host, self.settings.phone_port).start()
+            log.info("phone (Twilio Media Streams) also on http://%s:%d%s", self.settings.host,
+                     self.port, VOICE_PATH)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        await self.hang_up_all()
+        if self._site is not None:
+            await self._site.aclose()
+            self._site = None
+
+    async def hang_up_all(self) -> None:
         for call in list(self.calls):
             await call.hang_up()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
 
     @property
-    def port(self) -> int:
-        assert self._site is not None and self._site._server is not None
-        return self._site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    def port(self) -> int | None:
+        """The bound ``phone_port``; None when the endpoints are on the server's port only."""
+        return self._site.port if self._site is not None else None
 
     def _signed(self, request: web.Request, url: str, params: dict[str, str]) -> bool:
         token = self.settings.twilio_auth_token

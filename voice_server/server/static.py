@@ -12,13 +12,12 @@ from __future__ import annotations
 import gzip
 import hashlib
 import mimetypes
+from collections.abc import Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
-from urllib.parse import urlsplit
 
-from websockets.datastructures import Headers
-from websockets.http11 import Request, Response
+from aiohttp import web
 
 __all__ = ["StaticFiles"]
 
@@ -101,23 +100,22 @@ class StaticFiles:
         self._files[name] = loaded
         return loaded
 
-    def answer(self, request: Request) -> Response | None:
-        """The file for ``request.path`` (one of ``ROUTES``) or ``304``; None when the file is
-        not there."""
-        name, cache = ROUTES[urlsplit(request.path).path]
+    def answer(self, path: str, headers: Mapping[str, str]) -> web.Response | None:
+        """The file for ``path`` (one of ``ROUTES``) or ``304``, given the request's
+        ``headers``; None when the file is not there."""
+        name, cache = ROUTES[path]
         file = self._load(name)
         if file is None:
             return None
         zipped = file.gzipped is not None and _accepts_gzip(
-            request.headers.get("Accept-Encoding", ""))
+            headers.get("Accept-Encoding", ""))
         etag = file.gzip_etag if zipped else file.etag
-        headers = {"ETag": etag, "Cache-Control": cache, "Vary": "Accept-Encoding",
-                   "Access-Control-Allow-Origin": "*", "Connection": "close"}
-        if _matches(request.headers.get("If-None-Match"), etag):
-            return Response(HTTPStatus.NOT_MODIFIED.value, HTTPStatus.NOT_MODIFIED.phrase,
-                            Headers(headers), b"")
+        answer = {"ETag": etag, "Cache-Control": cache, "Vary": "Accept-Encoding",
+                  "Access-Control-Allow-Origin": "*"}
+        if _matches(headers.get("If-None-Match"), etag):
+            return web.Response(status=HTTPStatus.NOT_MODIFIED, headers=answer)
         body = file.gzipped if zipped and file.gzipped is not None else file.plain
         if zipped:
-            headers["Content-Encoding"] = "gzip"
-        headers.update({"Content-Type": file.content_type, "Content-Length": str(len(body))})
-        return Response(HTTPStatus.OK.value, HTTPStatus.OK.phrase, Headers(headers), body)
+            answer["Content-Encoding"] = "gzip"  # compressed here once, never again by aiohttp
+        answer["Content-Type"] = file.content_type
+        return web.Response(status=HTTPStatus.OK, headers=answer, body=body)

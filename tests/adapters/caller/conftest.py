@@ -1,4 +1,4 @@
-"""Fixtures: a FakeOpenAI upstream and a real caller (uvicorn on 127.0.0.1, port 0) in front."""
+"""Fixtures: a FakeOpenAI upstream and a real caller (aiohttp on 127.0.0.1, port 0) in front."""
 
 from __future__ import annotations
 
@@ -80,7 +80,8 @@ async def _shared_caller() -> AsyncIterator[Running]:
 
 @pytest.fixture
 async def caller(_shared_caller: Running) -> Running:
-    """One caller per test module (uvicorn takes ~0.2 s to stop); its upstream is reset."""
+    """One caller per test module (a caller takes a moment to start and stop); its upstream is
+    reset."""
     upstream = _shared_caller.fake
     assert upstream is not None
     upstream.script.clear()

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import re
+from unittest import mock
 
-import httpx2
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
 
 from tests.support.fake_openai import FakeOpenAI, Reply
 from voice_server.adapters.caller import build_app, build_mcp_server
@@ -48,14 +50,21 @@ async def test_missing_permission_is_403(caller: Running) -> None:
 
 
 async def test_non_loopback_peer_is_403(caller: Running) -> None:
-    """A peer address outside loopback is refused before auth (driven through ASGI)."""
+    """A peer address outside loopback is refused before auth or routing (the application's
+    first middleware, given a request from 10.1.2.3)."""
     app = build_app(caller.service, build_mcp_server(caller.service))
-    transport = httpx2.ASGITransport(app, client=("10.1.2.3", 40000))
-    async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
-        resp = await http.post("/mcp/chat", json=chat_body(),
-                               headers={"x-llm-caller-token": TOKEN})
-    assert resp.status_code == 403
-    assert resp.json()["message"] == "Loopback access only"
+    transport = mock.Mock()
+    transport.get_extra_info.side_effect = \
+        lambda name, default=None: ("10.1.2.3", 40000) if name == "peername" else default
+    request = make_mocked_request("POST", "/mcp/chat", headers={"x-llm-caller-token": TOKEN},
+                                  transport=transport, app=app)
+
+    async def handler(request: web.Request) -> web.Response:
+        raise AssertionError("a non-loopback request reached a route")
+
+    resp = await app.middlewares[0](request, handler)
+    assert resp.status == 403
+    assert json.loads(resp.body)["message"] == "Loopback access only"
 
 
 # -- chat and routing (checks 2, 3) -----------------------------------------------------------

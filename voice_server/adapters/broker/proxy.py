@@ -16,6 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ...serving import Site
 from .messages import WireRequest, is_prompt, safe_error_message
 from .service import BrokerService
 
@@ -35,7 +36,7 @@ class BrokerProxy:
         self.service = service
         self.host = host
         self.port = port
-        self._runner: web.AppRunner | None = None
+        self._site: Site | None = None
 
     @property
     def url(self) -> str:
@@ -50,17 +51,14 @@ class BrokerProxy:
         return app
 
     async def start(self) -> None:
-        self._runner = web.AppRunner(self.app(), access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
+        self._site = await Site(self.app(), self.host, self.port).start()
+        self.port = self._site.port
         log.info("broker HTTP proxy listening on %s", self.url)
 
     async def close(self) -> None:
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            await runner.cleanup()
+        site, self._site = self._site, None
+        if site is not None:
+            await site.aclose()
 
     async def __aenter__(self) -> BrokerProxy:
         await self.start()

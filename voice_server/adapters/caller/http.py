@@ -7,6 +7,9 @@ Spec: specs/sidecar-llm-caller-mcp.md, "Integration context" (loopback-only, 127
 exactly ``/mcp`` (notes 3.4, "Route conflict"); the published schemas at
 ``GET /mcp/schemas/v1/<name>.schema.json``. Every answer carries ``x-trace-id``; error bodies
 carry ``traceId``.
+
+Served by aiohttp like the project's other ports; the MCP SDK's transport is ASGI and is
+called through ``asgi.call_asgi``.
 """
 
 from __future__ import annotations
@@ -14,25 +17,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import json
 import logging
-import socket
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
 
-import uvicorn
+from aiohttp import web
 from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
-from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ...serving import Site
 from ..strict_json import loads_strict
+from .asgi import call_asgi
 from .errors import (
     CallerError,
     ProviderError,
@@ -80,59 +79,57 @@ def _header_value(trace_id: str) -> str:
     return quote(trace_id, safe=_HEADER_SAFE, errors="replace")
 
 
-def _error_response(exc: CallerError, trace_id: str | None = None) -> JSONResponse:
+def _json_response(payload: Any, *, status: int = 200, headers: dict[str, str] | None = None,
+                   content_type: str = "application/json") -> web.Response:
+    """JSON as the origin writes it: compact, UTF-8 (not ASCII-escaped), no NaN."""
+    body = json.dumps(payload, ensure_ascii=False, allow_nan=False,
+                      separators=(",", ":")).encode("utf-8")
+    answer = web.Response(status=status, body=body, headers=headers)
+    answer.content_type = content_type
+    return answer
+
+
+def _error_response(exc: CallerError, trace_id: str | None = None) -> web.Response:
     trace_id = trace_id or _trace()
     headers = {"x-trace-id": _header_value(trace_id)}
     if exc.retry_after_ms is not None:
         headers["Retry-After"] = retry_after_header(exc.retry_after_ms)
-    return JSONResponse(exc.body(trace_id), status_code=exc.status, headers=headers)
+    return _json_response(exc.body(trace_id), status=exc.status, headers=headers)
 
 
-class _LoopbackOnly:
-    """ASGI guard: peers other than loopback get 403 before anything else runs."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            client = scope.get("client")
-            if not is_loopback(client[0] if client else None):
-                await _error_response(forbidden("Loopback access only"))(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-class _TokenGuard:
-    """ASGI guard for the MCP endpoint: a registered token is required (401 / 403); per-tool
-    permissions are checked by the tools themselves."""
-
-    def __init__(self, app: ASGIApp, service: CallerService) -> None:
-        self.app = app
-        self.service = service
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        request = Request(scope)
-        token = request_token(request.headers)
-        if not token:
-            await _error_response(unauthorized())(scope, receive, send)
-            return
-        if self.service.registry.lookup(token) is None:
-            await _error_response(forbidden("Unknown client token"))(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
+@web.middleware
+async def _loopback_only(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Peers other than loopback get 403 before anything else runs; a path or method we do
+    not serve gets the taxonomy's JSON 404 / 405."""
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    if not is_loopback(str(peer[0]) if peer else None):
+        return _error_response(forbidden("Loopback access only"))
+    try:
+        return await handler(request)
+    except web.HTTPNotFound:
+        return _error_response(CallerError(404, "NOT_FOUND", "Not found"))
+    except web.HTTPMethodNotAllowed:
+        return _error_response(CallerError(405, "METHOD_NOT_ALLOWED", "Method not allowed"))
 
 
 class _Routes:
-    def __init__(self, service: CallerService, max_body: int) -> None:
+    def __init__(self, service: CallerService, max_body: int,
+                 manager: StreamableHTTPSessionManager) -> None:
         self.service = service
         self.max_body = max_body
+        self._mcp = StreamableHTTPASGIApp(manager)
 
-    async def _json(self, request: Request) -> Any:
+    async def _json(self, request: web.Request) -> Any:
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > self.max_body:
             raise bad_request("Request body too large")
-        raw = await request.body()
+        try:
+            raw = await request.read()  # the application's client_max_size is max_body
+        except web.HTTPRequestEntityTooLarge as exc:
+            raise bad_request("Request body too large") from exc
         if len(raw) > self.max_body:
             raise bad_request("Request body too large")
         try:
@@ -140,7 +137,7 @@ class _Routes:
         except ValueError as exc:
             raise bad_request("Request body is not valid JSON") from exc
 
-    async def _call(self, request: Request, method: str, what: str) -> Response:
+    async def _call(self, request: web.Request, method: str, what: str) -> web.Response:
         trace_id = None
         try:
             client = self.service.authorize(request_token(request.headers), method)
@@ -157,15 +154,15 @@ class _Routes:
         headers = {"x-trace-id": _header_value(payload["traceId"])}
         if payload.get("retryAfterMs"):
             headers["Retry-After"] = retry_after_header(payload["retryAfterMs"])
-        return JSONResponse(payload, headers=headers)
+        return _json_response(payload, headers=headers)
 
-    async def chat(self, request: Request) -> Response:
+    async def chat(self, request: web.Request) -> web.Response:
         return await self._call(request, "chat", "Chat")
 
-    async def embed(self, request: Request) -> Response:
+    async def embed(self, request: web.Request) -> web.Response:
         return await self._call(request, "embed", "Embed")
 
-    async def chat_stream(self, request: Request) -> Response:
+    async def chat_stream(self, request: web.Request) -> web.StreamResponse:
         trace_id = None
         try:
             client = self.service.authorize(request_token(request.headers), "chatStream")
@@ -178,34 +175,51 @@ class _Routes:
         except Exception:
             log.exception("chatStream failed")
             return _error_response(internal("Chat dispatch failed"), trace_id)
-        return StreamingResponse(
-            _sse(events), media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "Connection": "keep-alive",
-                     "x-trace-id": _header_value(trace_id or _trace())})
+        answer = web.StreamResponse(headers={
+            "Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
+            "Connection": "keep-alive", "x-trace-id": _header_value(trace_id or _trace())})
+        frames = _sse(events)
+        async with contextlib.aclosing(frames):
+            await answer.prepare(request)
+            with contextlib.suppress(ConnectionError):  # the client went away mid-stream
+                async for frame in frames:
+                    await answer.write(frame)
+                await answer.write_eof()
+        return answer
 
-    async def models(self, request: Request) -> Response:
+    async def models(self, request: web.Request) -> web.Response:
         trace_id = _trace()
         try:
             self.service.authorize(request_token(request.headers), "models")
-            payload = await self.service.list_models(request.query_params.get("provider"))
+            payload = await self.service.list_models(request.query.get("provider"))
         except CallerError as exc:
             return _error_response(exc, trace_id)
-        return JSONResponse(payload, headers={"x-trace-id": trace_id})
+        return _json_response(payload, headers={"x-trace-id": trace_id})
 
-    async def health(self, request: Request) -> Response:
+    async def health(self, request: web.Request) -> web.Response:
         trace_id = _trace()
         try:
             self.service.authorize(request_token(request.headers), "getHealth")
             payload = await self.service.health()
         except CallerError as exc:
             return _error_response(exc, trace_id)
-        return JSONResponse(payload, headers={"x-trace-id": trace_id})
+        return _json_response(payload, headers={"x-trace-id": trace_id})
 
-    async def schema(self, request: Request) -> Response:
-        name = request.path_params["name"].removesuffix(".schema.json")
+    async def schema(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"].removesuffix(".schema.json")
         if name not in SCHEMA_NAMES:
             return _error_response(CallerError(404, "NOT_FOUND", "Unknown schema"))
-        return JSONResponse(load_schema(name), media_type="application/schema+json")
+        return _json_response(load_schema(name), content_type="application/schema+json")
+
+    async def mcp(self, request: web.Request) -> web.StreamResponse:
+        """MCP streamable HTTP: a registered token is required (401 / 403); per-tool
+        permissions are checked by the tools themselves."""
+        token = request_token(request.headers)
+        if not token:
+            return _error_response(unauthorized())
+        if self.service.registry.lookup(token) is None:
+            return _error_response(forbidden("Unknown client token"))
+        return await call_asgi(self._mcp, request)
 
 
 async def _sse(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
@@ -224,128 +238,79 @@ async def _sse(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
     yield DONE_FRAME
 
 
-async def _not_found(request: Request, exc: Exception) -> Response:
-    status = exc.status_code if isinstance(exc, HTTPException) else 500
-    code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(status, "INTERNAL_ERROR")
-    message = {404: "Not found", 405: "Method not allowed"}.get(status, "Internal Error")
-    return _error_response(CallerError(status, code, message))
+def _run_manager(manager: StreamableHTTPSessionManager
+                 ) -> Callable[[web.Application], AsyncIterator[None]]:
+    """The MCP session manager runs while the application does, in a task of its own (its
+    task group must be left by the task that entered it)."""
+    async def lifespan(app: web.Application) -> AsyncIterator[None]:
+        started, stop = asyncio.Event(), asyncio.Event()
+
+        async def run() -> None:
+            async with manager.run():
+                started.set()
+                await stop.wait()
+
+        task = asyncio.create_task(run(), name="llm-caller-mcp-sessions")
+        waiter = asyncio.create_task(started.wait(), name="llm-caller-mcp-started")
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        if not started.is_set():
+            waiter.cancel()
+            await task  # raises why the manager did not start
+        try:
+            yield
+        finally:
+            stop.set()
+            await task
+
+    return lifespan
 
 
 def build_app(service: CallerService, mcp_server: Server[Any], *,
-              max_body: int | None = None) -> ASGIApp:
-    """The ASGI app: REST routes, schemas, MCP at ``/mcp``, all behind the loopback guard."""
-    routes = _Routes(service, max_body or service.options.max_body_bytes)
+              max_body: int | None = None) -> web.Application:
+    """REST routes, schemas and MCP at ``/mcp``, all behind the loopback guard."""
     manager = StreamableHTTPSessionManager(
         app=mcp_server, stateless=True, json_response=False,
         security_settings=TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
             allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
             allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]))
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with manager.run():
-            yield
-
-    app = Starlette(
-        routes=[
-            Route("/mcp/chat", routes.chat, methods=["POST"]),
-            Route("/mcp/chatStream", routes.chat_stream, methods=["POST"]),
-            Route("/mcp/embed", routes.embed, methods=["POST"]),
-            Route("/mcp/models", routes.models, methods=["GET"]),
-            Route("/mcp/schemas/v1/{name}", routes.schema, methods=["GET"]),
-            Route("/health", routes.health, methods=["GET"]),
-            Route("/mcp", _TokenGuard(StreamableHTTPASGIApp(manager), service)),
-        ],
-        exception_handlers={404: _not_found, 405: _not_found},
-        lifespan=lifespan,
-    )
-    return _LoopbackOnly(app)
-
-
-class _Uvicorn(uvicorn.Server):
-    """uvicorn with a readiness event and without its own signal handling (the owner decides
-    when to stop: ``CallerHTTPServer.__aexit__``)."""
-
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        self.ready = asyncio.Event()
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        self.ready.set()
-
-    @contextlib.contextmanager
-    def capture_signals(self):  # type: ignore[override]
-        yield
+    limit = max_body or service.options.max_body_bytes
+    routes = _Routes(service, limit, manager)
+    app = web.Application(middlewares=[_loopback_only], client_max_size=limit)
+    app.router.add_post("/mcp/chat", routes.chat)
+    app.router.add_post("/mcp/chatStream", routes.chat_stream)
+    app.router.add_post("/mcp/embed", routes.embed)
+    app.router.add_get("/mcp/models", routes.models)
+    app.router.add_get("/mcp/schemas/v1/{name}", routes.schema)
+    app.router.add_get("/health", routes.health)
+    app.router.add_route("*", "/mcp", routes.mcp)
+    app.cleanup_ctx.append(_run_manager(manager))
+    return app
 
 
 class CallerHTTPServer:
     """``async with CallerHTTPServer(service, mcp_server, host=..., port=0) as srv: srv.port``"""
 
     def __init__(self, service: CallerService, mcp_server: Server[Any], *,
-                 host: str = "127.0.0.1", port: int = 4037,
-                 start_timeout_s: float = 10.0) -> None:
+                 host: str = "127.0.0.1", port: int = 4037) -> None:
         self.host = host
         self.port = port
-        self._app = build_app(service, mcp_server)
-        self._start_timeout_s = start_timeout_s
-        self._server: _Uvicorn | None = None
-        self._task: asyncio.Task[None] | None = None
+        # a client that drops a stream cancels its handler, which closes the provider's stream
+        self._site = Site(build_app(service, mcp_server), host, port, shutdown_timeout_s=2.0,
+                          cancel_on_disconnect=True)
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
     async def __aenter__(self) -> CallerHTTPServer:
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        # accepted sockets inherit it: without it a keep-alive answer written as headers then
-        # body waits ~40 ms for the delayed ACK of the first segment (Nagle)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            sock.bind((self.host, self.port))
-        except OSError:
-            sock.close()
-            raise
-        sock.listen(512)
-        sock.setblocking(False)
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self._app, lifespan="on", log_level="warning", access_log=False,
-                                timeout_graceful_shutdown=2)
-        self._server = _Uvicorn(config)
-        self._task = asyncio.create_task(self._server.serve(sockets=[sock]),
-                                         name=f"llm-caller-http:{self.port}")
-        ready = asyncio.create_task(self._server.ready.wait(), name="llm-caller-http-ready")
-        done, _ = await asyncio.wait({ready, self._task}, timeout=self._start_timeout_s,
-                                     return_when=asyncio.FIRST_COMPLETED)
-        if ready not in done:
-            ready.cancel()
-            await self.__aexit__(None, None, None)
-            raise RuntimeError("the caller HTTP server did not start")
+        await self._site.start()
+        self.port = self._site.port
         return self
 
     async def serve_until(self, stop: asyncio.Event) -> None:
-        """Serve until ``stop`` is set (or the server fails)."""
-        if self._task is None:
-            return
-        waiter = asyncio.create_task(stop.wait(), name="llm-caller-http-stop")
-        try:
-            await asyncio.wait({waiter, self._task}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiter.cancel()
+        """Serve until ``stop`` is set."""
+        await stop.wait()
 
     async def __aexit__(self, *exc: object) -> None:
-        server, task = self._server, self._task
-        self._server = self._task = None
-        if server is None or task is None:
-            return
-        server.should_exit = True
-        try:
-            await asyncio.wait_for(asyncio.shield(task), 5.0)
-        except TimeoutError:
-            server.force_exit = True
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._site.aclose()

@@ -14,6 +14,7 @@ import logging
 import grpc
 from aiohttp import web
 
+from ...serving import Site
 from .codec import (
     MAX_MESSAGE_BYTES,
     connect_error,
@@ -55,7 +56,7 @@ class PromptSidecar:
         self.host = host
         self.port = port
         self.grpc_port = grpc_port
-        self._runner: web.AppRunner | None = None
+        self._site: Site | None = None
         self._grpc: grpc.aio.Server | None = None
 
     async def __aenter__(self) -> PromptSidecar:
@@ -76,9 +77,9 @@ class PromptSidecar:
         server, self._grpc = self._grpc, None
         if server is not None:
             await server.stop(grace=1.0)
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            await runner.cleanup()
+        site, self._site = self._site, None
+        if site is not None:
+            await site.aclose()
 
     # HTTP: /health and Connect --------------------------------------------------------------
     async def _start_http(self) -> None:
@@ -86,11 +87,8 @@ class PromptSidecar:
         app.router.add_get("/health", self._health, allow_head=False)
         app.router.add_route("*", RUN_PATH, self._connect_run)
         app.router.add_route("*", "/{tail:.*}", self._not_found)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._site = await Site(app, self.host, self.port).start()
+        self.port = self._site.port
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(body=b'{"status":"ok"}', content_type="application/json")

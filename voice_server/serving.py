@@ -1,0 +1,82 @@
+"""Serving an aiohttp application on a host and port: the one place where every server of the
+project (the voice server's port, the phone port, the sidecars' HTTP ports) starts listening,
+learns the port it got (port 0 picks a free one) and stops.
+
+``async with Site(app, host, port) as site:`` listens until the block ends; ``site.port`` is
+the bound port. Stopping is in two steps so a server can drain: ``stop_accepting()`` closes the
+listening socket and keeps the open connections; ``aclose()`` then waits up to
+``shutdown_timeout_s`` for the handlers still running (a server closes its WebSockets first,
+so they end at once) and cancels the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+
+__all__ = ["Site"]
+
+log = logging.getLogger(__name__)
+
+
+class Site:
+    def __init__(self, app: web.Application, host: str | None, port: int, *,
+                 shutdown_timeout_s: float = 10.0, cancel_on_disconnect: bool = False) -> None:
+        """``cancel_on_disconnect``: a handler still running when its client goes away is
+        cancelled (a stream that waits on a slow upstream stops waiting); else it runs on."""
+        self.app = app
+        self.host = host
+        self.requested_port = port
+        self._shutdown_timeout_s = shutdown_timeout_s
+        self._cancel_on_disconnect = cancel_on_disconnect
+        self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
+        self._port: int | None = None
+
+    async def start(self) -> Site:
+        # No access log (a log line per static file or health probe drowns the turns) and no
+        # signal handlers: the process that runs the server owns SIGINT and SIGTERM.
+        runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
+                               shutdown_timeout=self._shutdown_timeout_s,
+                               handler_cancellation=self._cancel_on_disconnect)
+        await runner.setup()
+        self._runner = runner
+        try:
+            self._site = web.TCPSite(runner, self.host, self.requested_port)
+            await self._site.start()
+        except BaseException:
+            await self.aclose()
+            raise
+        self._port = runner.addresses[0][1]
+        return self
+
+    async def __aenter__(self) -> Site:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    @property
+    def port(self) -> int:
+        """The bound port (the requested one, or the free one port 0 picked)."""
+        assert self._port is not None, "the site has not started"
+        return self._port
+
+    @property
+    def listening(self) -> bool:
+        return self._site is not None
+
+    async def stop_accepting(self) -> None:
+        """Close the listening socket; connections already open go on."""
+        site, self._site = self._site, None
+        if site is not None:
+            await site.stop()
+
+    async def aclose(self) -> None:
+        """Stop accepting, let running handlers finish (up to the shutdown timeout), close
+        every connection. Idempotent."""
+        await self.stop_accepting()
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()

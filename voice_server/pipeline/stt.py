@@ -66,7 +66,7 @@ def default_whisper_dir() -> Path:
 class WhisperService:
     """The Whisper model, loaded once in its worker process and checked with one short pass."""
 
-    def __init__(self, *, model: str, compute_type: str = "int8", beam_size: int = 1,
+    def __init__(self, *, model: str, compute_type: str = "int8", beam_size: int = 5,
                  language: str | None = "en", threads: int = 2, window_s: float = 8.0) -> None:
         from faster_whisper import WhisperModel
 
@@ -130,7 +130,7 @@ class WhisperSTT(PooledModel):
     name = "faster-whisper"
 
     def __init__(self, pool: ComputePool, *, model: str | None = None, compute_type: str = "int8",
-                 beam_size: int = 1, language: str | None = "en", threads: int = 2,
+                 beam_size: int = 5, language: str | None = "en", threads: int = 2,
                  window_s: float = 8.0, on_restart: Callable[[str], None] | None = None) -> None:
         self.model_ref = model or str(default_whisper_dir())
         spec = ServiceSpec(f"{__name__}:WhisperService", {

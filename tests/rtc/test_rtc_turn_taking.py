@@ -95,6 +95,32 @@ async def test_an_acknowledgement_does_not_stop_the_agent(url, rtc_server, rtc_l
     assert not session.history[-1].get("interrupted")
 
 
+def _hum48(seconds: float) -> np.ndarray:
+    """A hummed "mmm" (140 Hz and its harmonics): voiced, and no words."""
+    t = np.arange(int(48_000 * seconds)) / 48_000
+    hum = sum(np.sin(2 * np.pi * 140 * k * t) / k for k in range(1, 5))
+    return (hum / np.abs(hum).max() * 8000 * np.minimum(1, t / 0.05)).astype(np.int16)
+
+
+async def test_a_short_interruption_after_a_hum_is_taken(url, rtc_llm, make_speech):
+    """"Mmm ... Stop!" over the agent: the first judgement hears only the hum, which is an
+    acknowledgement however speech to text spells it, and the agent goes on; the "Stop!" that
+    follows is judged too, cuts the agent and is answered."""
+    rtc_llm.script.clear()
+    rtc_llm.add(LONG_ANSWER)
+    async with RtcClient(url) as client:
+        await client.negotiate()
+        client.say(make_speech("What is the weather like?", rate=48000, pad=(1.0, 1.0)))
+        await client.wait_for("tts-start", timeout=scaled(60))
+        await asyncio.sleep(1.5)
+        client.mic.enqueue(np.concatenate([_hum48(1.0), _wav48(make_speech, "Stop!",
+                                                               pad=(0.0, 1.0))]))
+        await client.wait_for("tts-cancelled", timeout=scaled(30))
+        await client.wait_for("llm", count=2, timeout=scaled(60))
+        asked = rtc_llm.requests[-1]["messages"][-1]["content"].lower()
+        assert "stop" in asked, asked
+
+
 class EchoingMic:
     """A client without echo cancellation: every frame it plays comes back into its microphone
     at ``gain`` a frame later (a speaker beside the microphone), mixed with what the user says.

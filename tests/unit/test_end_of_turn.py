@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from voice_server.pipeline.audio import decode_wav, resample
+from voice_server.pipeline.barge_in import is_backchannel, is_echo, no_words
 from voice_server.pipeline.end_of_turn import EndOfTurnPolicy, unfinished
 from voice_server.pipeline.tts import PiperService, default_piper_voice
 from voice_server.pipeline.turn_model import (
@@ -17,7 +18,6 @@ from voice_server.pipeline.turn_model import (
     default_turn_model,
 )
 from voice_server.pipeline.vad import StreamingVAD, VADSettings
-from voice_server.server.listening import is_backchannel, is_echo, no_words
 
 POLICY = EndOfTurnPolicy(commit_ms=200, max_ms=1600, fallback_ms=500)
 
@@ -58,13 +58,15 @@ def test_the_policy_commits_only_when_voice_and_words_agree():
 
 
 @pytest.mark.parametrize("text", ["Mm-hmm.", "Yeah.", "Okay.", "Right, right.", "Uh-huh",
-                                  "yeah okay", "Got it.", "Sure."])
+                                  "yeah okay", "Got it.", "Sure.", "M-M-M", "Mmm.", "Hmm.",
+                                  "M-M-M-M, yeah, okay."])
 def test_acknowledgements_do_not_take_the_turn(text):
     assert is_backchannel(text)
 
 
 @pytest.mark.parametrize("text", ["Stop please, I have a question.", "Wait, what?",
-                                  "No, I meant Tuesday.", "Okay, but what about Paris?"])
+                                  "No, I meant Tuesday.", "Okay, but what about Paris?",
+                                  "Mm. Stop.", "Hmm, how about Monday?"])
 def test_interruptions_do(text):
     assert not is_backchannel(text)
 

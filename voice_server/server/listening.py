@@ -15,16 +15,15 @@ the session's ``Conversation``.
   before it cancels anything: its words are transcribed (about 300 ms in) and an
   acknowledgement ("mm-hmm", "yeah", "okay", "right"), no words at all (a door, a cough) or the
   agent's own words coming back through a speaker (echo) resume the agent where it paused; only
-  a real interruption cancels the turn, sends ``speech-start`` and is answered.
+  a real interruption cancels the turn, sends ``speech-start`` and is answered
+  (pipeline/barge_in.py holds the word rules).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import difflib
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from ..metrics import TurnRecord
+from ..pipeline.barge_in import is_backchannel, is_echo, no_words
 from ..pipeline.echo import EchoReference, echo_share
 from ..pipeline.end_of_turn import EndOfTurnPolicy, Verdict
 from ..pipeline.speech import HeldOutput, SpeechOutput
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from ..pipeline.turn import Turn
     from .conversation import Conversation, Transcriber
 
-__all__ = ["Listener", "Playback", "TurnModel", "is_backchannel"]
+__all__ = ["Listener", "Playback", "TurnModel"]
 
 log = logging.getLogger(__name__)
 
@@ -56,53 +56,6 @@ ECHO_WINDOW_S = 0.6  # the latest voice judged for echo
 ECHO_EVERY_S = 0.2  # speech taken for echo is measured again this often
 ECHO_WORDS_FROM = 0.2  # below this share of its audio, speech is not echo whatever its words
 RATE = 16_000
-
-_WORD = re.compile(r"[a-z']+")
-_BACKCHANNEL = frozenset("""
-mm hmm mhm mmhmm mm-hmm uh-huh uh huh um yeah yep yes yup ok okay right sure alright
-i see got it cool great nice good wow oh ah aha true exactly totally indeed fine thanks
-""".split())
-
-
-# what Whisper writes for quiet sound with no words in it (a faint echo, breath, room noise)
-_NO_WORDS = frozenset({"you", "thank you", "thanks", "thank you very much", "bye",
-                       "thanks for watching", "so", "the", "i", "oh"})
-
-
-def no_words(text: str) -> bool:
-    """Nothing said: empty, or one of speech to text's stock inventions for faint sound."""
-    return " ".join(_WORD.findall(text.lower())) in _NO_WORDS | {""}
-
-
-def is_backchannel(text: str) -> bool:
-    """Words that acknowledge without taking the turn: "mm-hmm", "yeah, right", "okay"."""
-    words = _WORD.findall(text.lower().replace("-", " "))
-    return len(words) <= 4 and all(w in _BACKCHANNEL for w in words)
-
-
-_DIGITS = dict(enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve".split()))
-
-
-def _words(text: str) -> list[str]:
-    words = re.findall(r"[a-z']+|\d+", text.lower())
-    return [_DIGITS.get(int(w), w) if w.isdigit() else w for w in words]
-
-
-def is_echo(text: str, agent_said: str) -> bool:
-    """The agent's own words back through the user's speaker: most of what was heard is in
-    what the agent is saying, or all of it but one word (speech to text of a cut fragment hears
-    "fisherman" for "fishermen", "Salisbury" for "sells bread"; a close spelling matches too)."""
-    words = _words(text)
-    said = sorted(set(_words(agent_said)))
-    if not words or not said:
-        return False
-    matched = sum(w in said or bool(difflib.get_close_matches(w, said, n=1, cutoff=0.75))
-                  or any(s.startswith(w) for s in said if len(w) >= 3) for w in words)
-    missed = len(words) - matched
-    return matched >= 0.6 * len(words) or (len(words) >= 3 and missed <= 1) or \
-        (len(words) >= 6 and missed <= 2)
-
 
 class Playback(Protocol):
     """The transport's outbound audio, as far as turn-taking touches it; ``echo`` records

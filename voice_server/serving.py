@@ -12,12 +12,20 @@ so they end at once) and cancels the rest.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from aiohttp import web
 
-__all__ = ["Site"]
+__all__ = ["Site", "peer_address"]
 
 log = logging.getLogger(__name__)
+
+
+def peer_address(request: web.Request) -> Any:
+    """The TCP peer of ``request`` as the socket gives it ((host, port, ...)), or None when its
+    connection is already gone."""
+    transport = request.transport
+    return transport.get_extra_info("peername") if transport is not None else None
 
 
 class Site:

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from ..serving import peer_address
 from .auth import AuthError, TokenSigner, query_token
 from .limits import Network, request_client
 from .static import StaticFiles
@@ -98,8 +99,7 @@ class HttpRoutes:
             except AuthError:
                 return False
             return True
-        peer = request.transport.get_extra_info("peername") if request.transport else None
-        client = request_client(peer, request.headers, self._trusted)
+        client = request_client(peer_address(request), request.headers, self._trusted)
         try:
             return ipaddress.ip_address(client).is_loopback
         except ValueError:

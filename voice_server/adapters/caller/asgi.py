@@ -16,6 +16,8 @@ from typing import Any
 
 from aiohttp import web
 
+from ...serving import peer_address
+
 __all__ = ["AsgiApp", "call_asgi"]
 
 Message = MutableMapping[str, Any]
@@ -25,7 +27,7 @@ AsgiApp = Callable[[MutableMapping[str, Any], Callable[[], Awaitable[Message]],
 
 def _scope(request: web.Request) -> dict[str, Any]:
     transport = request.transport
-    peer = transport.get_extra_info("peername") if transport is not None else None
+    peer = peer_address(request)
     local = transport.get_extra_info("sockname") if transport is not None else None
     raw_path = request.raw_path.partition("?")[0]
     return {

@@ -29,7 +29,7 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
-from ...serving import Site
+from ...serving import Site, peer_address
 from ..strict_json import loads_strict
 from .asgi import call_asgi
 from .errors import (
@@ -104,7 +104,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 async def _loopback_only(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Peers other than loopback get 403 before anything else runs; a path or method we do
     not serve gets the taxonomy's JSON 404 / 405."""
-    peer = request.transport.get_extra_info("peername") if request.transport else None
+    peer = peer_address(request)
     if not is_loopback(str(peer[0]) if peer else None):
         return _error_response(forbidden("Loopback access only"))
     try:

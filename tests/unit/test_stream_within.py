@@ -39,3 +39,20 @@ async def test_a_consumer_that_stops_early_closes_the_stream():
         async for _ in events:
             break
     assert provider.cancelled.is_set() and not provider.finished.is_set()
+
+
+async def test_a_deadline_passing_while_the_consumer_works_is_an_llm_timeout_not_a_cancel():
+    """The deadline falls while the consumer is busy between two events (speaking a piece):
+    the consumer is not cancelled there; its next pull fails with LLMTimeout. Before, the
+    timeout cancelled the consumer's own await, which looked like a barge-in."""
+    provider = ProgrammableProvider()
+    router = LLMRouter({"p": provider}, default="p")
+    pulled = 0
+    with pytest.raises(LLMTimeout):
+        async with contextlib.aclosing(stream_within(router, REQUEST, 0.1)) as events:
+            async for _ in events:
+                pulled += 1
+                await asyncio.sleep(0.3)  # the consumer's own work outlives the deadline
+    assert pulled == 1
+    assert asyncio.current_task().cancelling() == 0
+    assert provider.cancelled.is_set()

@@ -12,7 +12,7 @@ from .errors import (
     LLMUnavailable,
     ModelNotFound,
 )
-from .router import LLMRouter, stream_within
+from .router import LLMRouter, stream_text, stream_within
 from .types import (
     ChatRequest,
     ChatResult,
@@ -38,6 +38,7 @@ __all__ = [
     "StreamEvent",
     "ToolCall",
     "Usage",
+    "stream_text",
     "stream_within",
     "tool_arguments",
 ]

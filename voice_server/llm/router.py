@@ -4,13 +4,14 @@ sidecar, built from the same configuration."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from .errors import LLMTimeout, ModelNotFound
 from .types import ChatRequest, ChatResult, LLMProvider, StreamEvent
 
-__all__ = ["LLMRouter", "stream_within"]
+__all__ = ["LLMRouter", "stream_text", "stream_within"]
 
 
 class LLMRouter:
@@ -89,16 +90,40 @@ class LLMRouter:
 async def stream_within(router: LLMRouter, request: ChatRequest,
                         timeout_s: float | None) -> AsyncIterator[StreamEvent]:
     """``router.stream(request)``, failing with ``LLMTimeout`` when the whole answer takes longer
-    than ``timeout_s`` (None: no limit); the provider's stream is closed however it ends."""
+    than ``timeout_s`` (None: no limit); the provider's stream is closed however it ends.
+
+    The deadline guards each wait for the provider only: a timeout scope held open across
+    ``yield`` would fire inside the consumer's own awaits (speaking a piece) and cancel it,
+    which the turn cannot tell from a barge-in."""
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout_s is None else loop.time() + timeout_s
     stream = router.stream(request)
     try:
-        async with asyncio.timeout(timeout_s):
-            async for event in stream:
-                yield event
-    except TimeoutError:
-        raise LLMTimeout("the LLM did not finish in time") from None
+        while True:
+            try:
+                if deadline is not None and loop.time() >= deadline:
+                    raise TimeoutError
+                async with asyncio.timeout_at(deadline):
+                    event = await anext(stream)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                raise LLMTimeout("the LLM did not finish in time") from None
+            yield event
     finally:
         await stream.aclose()
+
+
+async def stream_text(router: LLMRouter, request: ChatRequest, timeout_s: float | None, *,
+                      on_done: Callable[[StreamEvent], None]) -> AsyncIterator[str]:
+    """The answer's text as it streams (``stream_within``); ``on_done`` gets the last event,
+    with the usage and any tool calls."""
+    async with contextlib.aclosing(stream_within(router, request, timeout_s)) as events:
+        async for event in events:
+            if event.text:
+                yield event.text
+            if event.done:
+                on_done(event)
 
 
 def _fields(request: ChatRequest) -> dict[str, Any]:

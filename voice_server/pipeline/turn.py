@@ -18,7 +18,15 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..config import Settings
-from ..llm import ChatRequest, LLMError, LLMRouter, LLMTimeout, Usage, stream_within
+from ..llm import (
+    ChatRequest,
+    LLMError,
+    LLMRouter,
+    LLMTimeout,
+    StreamEvent,
+    Usage,
+    stream_text,
+)
 from ..metrics import TurnRecord, session_tag
 from ..protocol import (
     Error,
@@ -133,13 +141,13 @@ class ChatResponder:
         request = ChatRequest(messages=messages, model=self._model,
                               temperature=self._temperature, max_tokens=self._max_tokens,
                               timeout_s=self._timeout_s)
+        def done(event: StreamEvent) -> None:
+            ctx.usage = event.usage
+
         async with contextlib.aclosing(
-                stream_within(self._router, request, self._timeout_s)) as events:
-            async for event in events:
-                if event.text:
-                    yield event.text
-                if event.done:
-                    ctx.usage = event.usage
+                stream_text(self._router, request, self._timeout_s, on_done=done)) as pieces:
+            async for piece in pieces:
+                yield piece
 
 
 class Turn:

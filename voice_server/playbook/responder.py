@@ -40,7 +40,15 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
 from typing import Any
 
-from ..llm import ChatRequest, LLMError, LLMRouter, ToolCall, Usage, stream_within
+from ..llm import (
+    ChatRequest,
+    LLMError,
+    LLMRouter,
+    StreamEvent,
+    ToolCall,
+    Usage,
+    stream_text,
+)
 from ..pipeline.turn import DEFAULT_WINDOW, HistoryWindow, TurnContext, llm_messages
 from ..protocol import StageChange, ToolCallEnd, ToolCallStart
 from .collect import FactSheet
@@ -194,31 +202,21 @@ class PlaybookResponder:
                                   tools=specs or None,
                                   tool_choice=plan.tool_choice if specs else None,
                                   timeout_s=self._timeout_s)
-            calls: tuple[ToolCall, ...] = ()
+            last: list[StreamEvent] = []
             spoken: list[str] = []
-            async with contextlib.aclosing(self._stream(ctx, request)) as events:
-                async for event in events:
-                    if isinstance(event, str):
-                        spoken.append(event)
-                        yield event
-                    else:
-                        calls = event
+            async with contextlib.aclosing(stream_text(
+                    self._router, request, self._timeout_s, on_done=last.append)) as pieces:
+                async for piece in pieces:
+                    spoken.append(piece)
+                    yield piece
+            for event in last:
+                _add_usage(ctx, event.usage)
+            calls = tuple(last[0].tool_calls) if last else ()
             if not calls or final:
                 return
             says = await self._tool_round(ctx, st, calls, "".join(spoken), turn_msgs)
             for say in says:
                 yield say
-
-    async def _stream(self, ctx: TurnContext,
-                      request: ChatRequest) -> AsyncIterator[str | tuple[ToolCall, ...]]:
-        async with contextlib.aclosing(
-                stream_within(self._router, request, self._timeout_s)) as events:
-            async for event in events:
-                if event.text:
-                    yield event.text
-                if event.done:
-                    _add_usage(ctx, event.usage)
-                    yield tuple(event.tool_calls)
 
     async def _tool_round(self, ctx: TurnContext, st: PlaybookState,
                           calls: tuple[ToolCall, ...], spoken: str,

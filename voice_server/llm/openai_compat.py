@@ -7,19 +7,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import InitVar, dataclass
 from typing import Any
 
 import openai
 
-from .errors import (
-    LLMAuthError,
-    LLMBadRequest,
-    LLMError,
-    LLMRateLimited,
-    LLMTimeout,
-    LLMUnavailable,
-    ModelNotFound,
-)
+from . import errors
+from .errors import LLMError
 from .types import ChatRequest, ChatResult, StreamEvent, ToolCall, Usage
 
 __all__ = ["OpenAICompatProvider", "map_openai_error"]
@@ -38,49 +32,42 @@ def map_openai_error(exc: Exception, provider: str) -> LLMError:
     if isinstance(exc, LLMError):
         return exc
     if isinstance(exc, openai.APITimeoutError):
-        return LLMTimeout("the LLM endpoint timed out", provider=provider)
+        return errors.LLMTimeout("the LLM endpoint timed out", provider=provider)
     if isinstance(exc, openai.APIConnectionError):
-        return LLMUnavailable("the LLM endpoint cannot be reached", provider=provider)
+        return errors.LLMUnavailable("the LLM endpoint cannot be reached", provider=provider)
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         detail = f"the LLM endpoint answered HTTP {status}"
         if status == 429:
-            return LLMRateLimited(detail, retry_after=_retry_after(exc), provider=provider,
+            return errors.LLMRateLimited(detail, retry_after=_retry_after(exc), provider=provider,
                                   status=status)
         if status in (401, 403):
-            return LLMAuthError(detail, provider=provider, status=status)
+            return errors.LLMAuthError(detail, provider=provider, status=status)
         if status == 404:
-            return ModelNotFound(detail, provider=provider, status=status)
+            return errors.ModelNotFound(detail, provider=provider, status=status)
         if status in (400, 413, 422):
-            return LLMBadRequest(detail, provider=provider, status=status)
+            return errors.LLMBadRequest(detail, provider=provider, status=status)
         if status >= 500:
-            return LLMUnavailable(detail, provider=provider, status=status)
+            return errors.LLMUnavailable(detail, provider=provider, status=status)
         return LLMError(detail, provider=provider, status=status)
     return LLMError(f"LLM call failed: {type(exc).__name__}", provider=provider)
 
 
+@dataclass(eq=False, kw_only=True)
 class OpenAICompatProvider:
     """Chat, stream, embed and list models against one OpenAI-compatible base URL."""
 
-    def __init__(
-        self,
-        *,
-        name: str = "openai_compat",
-        base_url: str,
-        api_key: str | None = None,
-        default_model: str,
-        timeout_s: float | None = 60.0,
-        supports_vision: bool = False,
-        embedding_model: str | None = None,
-        stream_usage: bool = True,
-        first_token_timeout_s: float | None = None,
-    ) -> None:
-        self.name = name
-        self._first_token_s = first_token_timeout_s
-        self.default_model = default_model
-        self.supports_vision = supports_vision
-        self.embedding_model = embedding_model
-        self._stream_usage = stream_usage
+    base_url: InitVar[str]
+    api_key: InitVar[str | None] = None
+    timeout_s: InitVar[float | None] = 60.0
+    name: str = "openai_compat"
+    default_model: str
+    supports_vision: bool = False
+    embedding_model: str | None = None
+    stream_usage: bool = True
+    first_token_timeout_s: float | None = None
+
+    def __post_init__(self, base_url: str, api_key: str | None, timeout_s: float | None) -> None:
         self._client = openai.AsyncOpenAI(
             base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=0
         )
@@ -108,7 +95,7 @@ class OpenAICompatProvider:
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         params = self._params(request)
-        if self._stream_usage:
+        if self.stream_usage:
             params["stream_options"] = {"include_usage": True}
         calls: dict[int, dict[str, str]] = {}
         finish: str | None = None
@@ -147,7 +134,7 @@ class OpenAICompatProvider:
         """Send the request and wait for the first chunk, within the first-token timeout: an
         endpoint that accepts and never answers fails fast, not after the whole timeout."""
         try:
-            async with asyncio.timeout(self._first_token_s):
+            async with asyncio.timeout(self.first_token_timeout_s):
                 stream = await self._client.chat.completions.create(stream=True, **params)
                 try:
                     first = await anext(aiter(stream))
@@ -157,8 +144,9 @@ class OpenAICompatProvider:
                     await stream.close()
                     raise
         except TimeoutError:
-            raise LLMTimeout(f"the LLM endpoint sent nothing for {self._first_token_s:g} s",
-                             provider=self.name) from None
+            raise errors.LLMTimeout(
+                f"the LLM endpoint sent nothing for {self.first_token_timeout_s:g} s",
+                provider=self.name) from None
         return stream, first
 
     async def complete(self, request: ChatRequest) -> ChatResult:

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Protocol
 
 from ..config import Settings
@@ -114,20 +114,18 @@ def llm_messages(history: list[dict[str, Any]],
     return [{k: v for k, v in m.items() if k in _OPENAI_KEYS} for m in items]
 
 
+@dataclass(eq=False)
 class ChatResponder:
     """The default responder: system prompt + history + user message, streamed."""
 
-    def __init__(self, router: LLMRouter, *, system_prompt: str, model: str | None = None,
-                 temperature: float | None = None, max_tokens: int | None = None,
-                 history: HistoryWindow = DEFAULT_WINDOW,
-                 timeout_s: float | None = None) -> None:
-        self._router = router
-        self._system = system_prompt
-        self._model = model
-        self._temperature = temperature
-        self._max_tokens = max_tokens
-        self._history = history
-        self._timeout_s = timeout_s
+    router: LLMRouter
+    _: KW_ONLY
+    system_prompt: str
+    model: str | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    history: HistoryWindow = DEFAULT_WINDOW
+    timeout_s: float | None = None
 
     def interruptible(self, state: dict[str, Any]) -> bool:
         return True
@@ -136,16 +134,17 @@ class ChatResponder:
         return {}
 
     async def respond(self, ctx: TurnContext) -> AsyncIterator[str]:
-        messages = [{"role": "system", "content": self._system},
-                    *llm_messages(ctx.history, self._history), ctx.user_message]
-        request = ChatRequest(messages=messages, model=self._model,
-                              temperature=self._temperature, max_tokens=self._max_tokens,
-                              timeout_s=self._timeout_s)
+        messages = [{"role": "system", "content": self.system_prompt},
+                    *llm_messages(ctx.history, self.history), ctx.user_message]
+        request = ChatRequest(messages=messages, model=self.model,
+                              temperature=self.temperature, max_tokens=self.max_tokens,
+                              timeout_s=self.timeout_s)
+
         def done(event: StreamEvent) -> None:
             ctx.usage = event.usage
 
         async with contextlib.aclosing(
-                stream_text(self._router, request, self._timeout_s, on_done=done)) as pieces:
+                stream_text(self.router, request, self.timeout_s, on_done=done)) as pieces:
             async for piece in pieces:
                 yield piece
 

@@ -32,18 +32,6 @@ from typing import Any
 
 from .child import ServiceSpec
 
-__all__ = [
-    "RestartPolicy",
-    "SupervisedWorker",
-    "WorkerCallFailed",
-    "WorkerCrashed",
-    "WorkerError",
-    "WorkerStartFailed",
-    "WorkerState",
-    "WorkerStream",
-    "WorkerUnavailable",
-]
-
 log = logging.getLogger(__name__)
 
 

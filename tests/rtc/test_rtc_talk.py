@@ -197,13 +197,15 @@ async def test_no_interim_transcript_while_a_speculative_answer_is_held(
     import voice_server.server.listening as listening
 
     calls: list[bool] = []  # urgent flag of each transcription, in start order
-    transcribe = rtc_server.stt.transcribe
 
-    async def recorded(pcm, *, urgent=True):
-        calls.append(urgent)
-        return await transcribe(pcm, urgent=urgent)
+    def recording(method):
+        async def recorded(pcm, *, urgent=True):
+            calls.append(urgent)
+            return await method(pcm, urgent=urgent)
+        return recorded
 
-    monkeypatch.setattr(rtc_server.stt, "transcribe", recorded)
+    monkeypatch.setattr(rtc_server.stt, "transcribe", recording(rtc_server.stt.transcribe))
+    monkeypatch.setattr(rtc_server.stt, "hear", recording(rtc_server.stt.hear))
     monkeypatch.setattr(listening, "INTERIM_AFTER_S", 0.5)
     monkeypatch.setattr(listening, "INTERIM_EVERY_S", 0.05)  # as often as the pool allows
     monkeypatch.setattr(rtc_server.settings, "interim_transcripts", True)

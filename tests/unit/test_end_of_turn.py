@@ -7,9 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from voice_server.compute import ComputePool
 from voice_server.pipeline.audio import decode_wav, resample
 from voice_server.pipeline.barge_in import is_backchannel, is_echo, no_words
 from voice_server.pipeline.end_of_turn import EndOfTurnPolicy, unfinished
+from voice_server.pipeline.stt import Hearing, WhisperSTT
 from voice_server.pipeline.tts import PiperService, default_piper_voice
 from voice_server.pipeline.turn_model import (
     SMART_TURN_SHA256,
@@ -41,6 +43,27 @@ def test_finished_sentences(text):
     assert not unfinished(text)
 
 
+@pytest.mark.parametrize("text", [
+    # a question that asks for the object of its last word ends on it: found finished by the
+    # words as "unfinished" in 10 of 80 spoken benchmark questions, which then waited 1.6 s
+    "How many legs does a spider have?", "Which planet do we live on?",
+    "What do caterpillars turn into?", "What do bees live in?", "Where are you from?",
+    "What is it made of?", "What are you looking at?", "What do you think about?",
+    "Who did you go with?", "What does it do?", "Book it for 7.", "What is 8 divided by 2?",
+])
+def test_a_question_may_end_on_the_word_its_question_word_completes(text):
+    assert not unfinished(text)
+
+
+@pytest.mark.parametrize("text", [
+    "What is the capital of", "What is the opposite of", "How many hours are in a",
+    "Which ocean lies between Europe and", "What do you think of the", "I want to talk about",
+    "Can you tell me about", "So what I would like is",
+])
+def test_but_not_on_a_word_that_still_owes_its_object(text):
+    assert unfinished(text)
+
+
 def test_the_policy_commits_only_when_voice_and_words_agree():
     assert POLICY.judge(0.9, "What is the capital of France?").wait_ms == 200
     assert POLICY.judge(0.9, "What is the capital of France?").complete
@@ -55,6 +78,45 @@ def test_the_policy_commits_only_when_voice_and_words_agree():
     assert POLICY.judge(None, "A table for").wait_ms == 1600
     assert POLICY.judge(0.9, "").reason == "fallback"
     assert POLICY.judge(0.9, None).wait_ms == 500
+
+
+def test_one_unfinished_reading_among_the_likely_ones_is_enough_to_wait():
+    """Whisper ends a cut-off sentence with a word it invents; its beam often holds the cut."""
+    verdict = POLICY.judge(0.9, "I would like to work a table for it.",
+                           ["I would like to work a table for.", "I would like to book it."])
+    assert (verdict.wait_ms, verdict.reason) == (1600, "unfinished reading")
+    assert POLICY.judge(0.9, "Why is the sky blue?", ["Why is the sky blue"]).complete
+
+
+@pytest.mark.slow
+async def test_whisper_s_readings_of_cut_off_questions_hold_the_cut(make_speech):
+    """Real speech, the server's Whisper: a question cut off after a word that owes its object
+    is judged unfinished by its best reading or a nearly as likely one; a finished question is
+    not. Measured over 82 such fragments: 58 of 82 (espeak-ng) and 74 of 82 (Piper) caught,
+    against 50 and 68 by the best reading alone; 4 and 1 of 80 finished questions held."""
+    async with ComputePool(1) as pool:
+        stt = WhisperSTT(pool)
+        await stt.load()
+        try:
+            heard_as: list[tuple[str, Hearing]] = []
+
+            async def held(text: str) -> bool:
+                pcm = decode_wav(make_speech(text, pad=(0.3, 0.12)), max_seconds=30,
+                                 to_rate=16000)
+                heard = await stt.hear(pcm)
+                heard_as.append((text, heard))
+                return not POLICY.judge(0.9, heard.text, heard.alternatives).complete
+
+            fragments = ["I would like to book a table for", "What is the capital of",
+                         "Can you tell me", "My favourite colour is", "I was thinking that maybe",
+                         "Which ocean lies between Europe and"]
+            finished = ["What is the capital of Germany?", "Why is the sky blue?",
+                        "How far away is the moon?", "Which planet do we live on?",
+                        "How many legs does a spider have?", "Can you tell me a joke?"]
+            assert sum([await held(t) for t in fragments]) >= 5, heard_as
+            assert sum([await held(t) for t in finished]) <= 1, heard_as
+        finally:
+            await stt.aclose()
 
 
 @pytest.mark.parametrize("text", ["Mm-hmm.", "Yeah.", "Okay.", "Right, right.", "Uh-huh",

@@ -9,30 +9,35 @@ anyway), two judges look at the turn so far:
 - the **turn model** (Smart Turn v3.2, turn_model.py) hears the prosody of the last 8 s and gives
   the probability that the speaker is done;
 - the **words** of the speculative transcript: a turn that ends on a filler, an article, a
-  preposition, a conjunction or a trailing comma/ellipsis is not finished, whatever the voice.
+  preposition, a conjunction or a trailing comma/ellipsis is not finished, whatever the voice
+  (unless it is a question asking for that word's object: "Which planet do we live on?");
+  Whisper often ends a cut-off sentence with a word it invents ("What is the capital of" heard
+  "What is the capital done?"), so the other readings its beam search found nearly as likely
+  count too: one of them unfinished is enough to wait.
 
 The verdict is the silence the turn needs before it ends (``Verdict.wait_ms``): ``commit_ms``
-(about 200 ms) when both say complete; ``max_ms`` (about 1.6 s) when the words are unfinished or
-the model is sure the speaker is not done; ``fallback_ms`` (the old fixed 500 ms) when a judge
-could not tell (no words, a model failure or the model switched off, a probability between the
-two thresholds). On our Piper voice's 50 finished questions the model gave >= 0.5 for 43, 0.29
-to 0.47 for 4 and 0.034 to 0.069 for 3; on unfinished ones ("... a table for, um", "So I was
-thinking that") 0.006 to 0.016, hence 0.03; but 0.97 for "What is the capital of" (synthetic
-speech falls at the end of any text: the words catch it). On espeak-ng's robotic voice the model
-is no guide at all (finished questions 0.009 to 0.95, fragments 0.22 to 0.98): tests and
-benchmarks speaking espeak-ng measure the words' judge and the fallback more than the model.
-Speech that resumes before then continues the same turn and the speculative answer is discarded
-unheard.
+(about 200 ms) when both say complete; ``max_ms`` (about 1.6 s) when the words (any reading) are
+unfinished or the model is sure the speaker is not done; ``fallback_ms`` (the old fixed 500 ms)
+when a judge could not tell (no words, a model failure or the model switched off, a probability
+between the two thresholds). On our Piper voice's 50 finished questions the model gave >= 0.5
+for 43, 0.29 to 0.47 for 4 and 0.034 to 0.069 for 3; on unfinished ones ("... a table for, um",
+"So I was thinking that") 0.006 to 0.016, hence 0.03; but 0.97 for "What is the capital of"
+(synthetic speech falls at the end of any text: the words catch it). On espeak-ng's robotic
+voice the model is no guide at all (finished questions 0.009 to 0.95, fragments 0.22 to 0.98):
+tests and benchmarks speaking espeak-ng measure the words' judge and the fallback more than the
+model. Speech that resumes before then continues the same turn and the speculative answer is
+discarded unheard.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = ["EndOfTurnPolicy", "Verdict", "unfinished"]
 
-_WORD = re.compile(r"[a-z']+")
+_WORD = re.compile(r"[a-z0-9']+")
 # words a finished English sentence does not end on
 _OPEN_ENDED = frozenset("""
 a an the my your his her its our their this these those some any every
@@ -50,6 +55,18 @@ tell me/show me/give me/send me/bring me/remind me/teach me/tell us/show us/give
 i want/i need/i think/i wonder/i mean/i guess/i was/we want/we need/i wanted/i'd like
 """.strip().replace("\n", "/").split("/"))
 _TRAILING_OPEN = ("...", "…", ",", "-", "—", ":", ";")
+# A question whose question word is the object of its last word ends on that word ("Which planet
+# do we live on?", "How many legs does a spider have?", "What is it made of?"): a question word
+# first, then a subject or do-support before the end; "What is the capital of" has neither.
+_QUESTION_WORDS = frozenset("what which who whom whose where when why how".split())
+_STRANDABLE = frozenset("""
+of to for with in on at from about into onto by like
+have do be is are was were am
+""".split())
+_SUBJECT_OR_DO = frozenset("""
+i you we they he she it this that these those there
+do does did can could will would should shall may might must
+""".split())
 
 
 def unfinished(text: str) -> bool:
@@ -64,15 +81,22 @@ def unfinished(text: str) -> bool:
     if not words:
         return False
     if words[-1] in _OPEN_ENDED:
-        return True
+        return not _asks_for_its_last_word(words)
     # "Tell me." alone is a finished request; "Can you tell me" is not
     return tuple(words[-2:]) in _OPEN_ENDED_PAIRS and (len(words) > 2 or words[0] in ("i", "we"))
+
+
+def _asks_for_its_last_word(words: list[str]) -> bool:
+    return (words[0] in _QUESTION_WORDS and words[-1] in _STRANDABLE
+            and any(w in _SUBJECT_OR_DO for w in words[1:-1]))
 
 
 @dataclass(frozen=True)
 class Verdict:
     wait_ms: int  # trailing silence the turn needs before it ends
-    reason: str  # "complete", "unfinished words", "turn model: not finished", "unsure", "fallback"
+    # "complete", "unfinished words", "unfinished reading", "turn model: not finished",
+    # "unsure", "fallback"
+    reason: str
     probability: float | None = None  # the turn model's, when it answered
 
     @property
@@ -88,14 +112,18 @@ class EndOfTurnPolicy:
     complete_from: float = 0.5  # turn model's probability of "complete" that counts as done
     unfinished_below: float = 0.03  # and below which the speaker is surely not done
 
-    def judge(self, probability: float | None, transcript: str | None) -> Verdict:
+    def judge(self, probability: float | None, transcript: str | None,
+              alternatives: Sequence[str] = ()) -> Verdict:
         """``probability``: the turn model's (None: off or failed); ``transcript``: the words
-        so far (None: speech to text failed)."""
+        so far (None: speech to text failed); ``alternatives``: other readings of them nearly
+        as likely (stt.Hearing)."""
         words = (transcript or "").strip()
         if not words:
             return Verdict(self.fallback_ms, "fallback", probability)
         if unfinished(words):
             return Verdict(self.max_ms, "unfinished words", probability)
+        if any(unfinished(text) for text in alternatives):
+            return Verdict(self.max_ms, "unfinished reading", probability)
         if probability is None:
             return Verdict(self.fallback_ms, "fallback", probability)
         if probability < self.unfinished_below:

@@ -26,7 +26,7 @@ from ..metrics import TurnRecord, session_tag
 from ..pipeline.answer_guard import AnswerGuard
 from ..pipeline.chunker import SentenceChunker
 from ..pipeline.speech import SpeechOutput
-from ..pipeline.stt import STTError
+from ..pipeline.stt import Hearing, STTError
 from ..pipeline.turn import Responder, Turn, TurnContext
 from ..protocol import (
     Error,
@@ -51,6 +51,8 @@ BUSY = ("the server holds as much client input as its memory budget allows ({} M
 
 class Transcriber(Protocol):
     async def transcribe(self, pcm: np.ndarray, *, urgent: bool = True) -> str: ...
+
+    async def hear(self, pcm: np.ndarray, *, urgent: bool = True) -> Hearing: ...
 
 
 class ConversationServices(Protocol):

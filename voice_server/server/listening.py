@@ -36,6 +36,7 @@ from ..pipeline.barge_in import is_backchannel, is_echo, no_words
 from ..pipeline.echo import EchoReference, echo_share
 from ..pipeline.end_of_turn import EndOfTurnPolicy, Verdict
 from ..pipeline.speech import HeldOutput, SpeechOutput
+from ..pipeline.stt import Hearing
 from ..pipeline.vad import StreamingVAD, VADEvent, VADSettings
 from ..protocol import Message, SpeechEnd, SpeechStart, Transcript
 
@@ -96,19 +97,18 @@ class _BargeIn:
     ignored: bool = False  # judged an acknowledgement, noise or echo: not a turn
 
 
+@dataclass(eq=False, kw_only=True)
 class Listener:
-    def __init__(self, *, settings: Settings, conversation: Callable[[], Conversation],
-                 send: Callable[[Message], Awaitable[None]], stt: Transcriber,
-                 turn_model: TurnModel | None, playback: Playback,
-                 speech_output: Callable[[], SpeechOutput], busy: Callable[[], bool]) -> None:
-        self._settings = settings
-        self._conversation = conversation
-        self._send = send
-        self._stt = stt
-        self._turn_model = turn_model
-        self._playback = playback
-        self._speech_output = speech_output
-        self._busy = busy  # the compute pool is saturated: skip best-effort work
+    settings: Settings
+    conversation: Callable[[], Conversation]
+    send: Callable[[Message], Awaitable[None]]
+    stt: Transcriber
+    turn_model: TurnModel | None
+    playback: Playback
+    speech_output: Callable[[], SpeechOutput]
+    busy: Callable[[], bool]  # the compute pool is saturated: skip best-effort work
+
+    def __post_init__(self) -> None:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._interim: asyncio.Task[None] | None = None
         self._record: TurnRecord | None = None
@@ -124,10 +124,10 @@ class Listener:
         """Server defaults, overridden by the current playbook stage's ``turn_taking``; with a
         speculative pause the VAD waits for the longest end of turn and the verdict ends the
         turn sooner."""
-        s = self._settings
+        s = self.settings
         values = {"aggressiveness": s.vad_aggressiveness, "min_speech_ms": s.vad_min_speech_ms,
                   "end_silence_ms": s.vad_end_silence_ms, "pre_roll_ms": s.vad_pre_roll_ms}
-        overrides = self._conversation().turn_taking()
+        overrides = self.conversation().turn_taking()
         values.update({k: v for k, v in overrides.items() if k in values and v is not None})
         self._policy = EndOfTurnPolicy(
             commit_ms=s.end_of_turn_commit_ms, max_ms=s.end_of_turn_max_ms,
@@ -143,7 +143,7 @@ class Listener:
     async def feed(self, pcm: np.ndarray) -> None:
         """16 kHz mono int16 audio, in order, as it arrives."""
         vad = self._vad
-        vad.agent_speaking = self._conversation().agent_speaking
+        vad.agent_speaking = self.conversation().agent_speaking
         for event in vad.feed(pcm):
             await self._on_event(event)
         await self._judge_barge_in()
@@ -159,7 +159,7 @@ class Listener:
             self._duck()
         elif kind == "reject":
             if self._barge is None:
-                self._playback.resume()  # a click or cough: carry on talking
+                self.playback.resume()  # a click or cough: carry on talking
         elif kind == "pause":
             await self._abandon()
             barge = self._barge  # speech over the agent: answer it only if it interrupts
@@ -178,35 +178,38 @@ class Listener:
         """Answer the utterance so far now, holding its messages and audio until the end of
         turn is confirmed; judge meanwhile whether it is over."""
         log.debug("pause: speculative answer")
-        output = HeldOutput(self._speech_output(), self._send)
-        transcript = self._spawn(self._stt.transcribe(pcm), "speculative-stt")
+        output = HeldOutput(self.speech_output(), self.send)
+        hearing = self._spawn(self.stt.hear(pcm), "speculative-stt")
         record = self._new_record()
-        await self._conversation().start_utterance(pcm, output, record, transcript,
+        transcript = self._spawn(_text_of(hearing), "speculative-text")
+        await self.conversation().start_utterance(pcm, output, record, transcript,
                                                    emit=output.emit)
-        verdict = self._spawn(self._judge_turn(pcm, transcript), "end-of-turn")
+        verdict = self._spawn(self._judge_turn(pcm, hearing), "end-of-turn")
         self._held = _Speculation(pcm, output, record, verdict)
 
-    async def _judge_turn(self, pcm: np.ndarray, transcript: asyncio.Task[str]) -> Verdict:
+    async def _judge_turn(self, pcm: np.ndarray, hearing: asyncio.Task[Hearing]) -> Verdict:
         async def probability() -> float | None:
-            if self._turn_model is None:
+            if self.turn_model is None:
                 return None
             try:
-                return await self._turn_model.complete(pcm)
+                return await self.turn_model.complete(pcm)
             except Exception as exc:  # the fixed silence decides instead
                 log.warning("end-of-turn model failed: %s", exc)
                 return None
 
         p = await probability()
-        await asyncio.wait({transcript})  # never cancels the answer's own transcript
-        text = None if transcript.cancelled() or transcript.exception() else transcript.result()
-        return self._policy.judge(p, text)
+        await asyncio.wait({hearing})  # never cancels the answer's own transcript
+        if hearing.cancelled() or hearing.exception():
+            return self._policy.judge(p, None)
+        heard = hearing.result()
+        return self._policy.judge(p, heard.text, heard.alternatives)
 
     async def _abandon(self) -> None:
         held, self._held = self._held, None
         if held is not None:
             held.output.discard()
             held.verdict.cancel()
-            await self._conversation().interrupt()  # the held answer is the current job
+            await self.conversation().interrupt()  # the held answer is the current job
 
     async def _speech_ended(self, event: VADEvent) -> None:
         if self._interim is not None and not self._interim.done():
@@ -221,7 +224,7 @@ class Listener:
             return
         held, self._held = self._held, None
         if held is not None and np.array_equal(held.pcm, event.pcm):
-            await self._send(SpeechEnd())
+            await self.send(SpeechEnd())
             _decided(held.record, speech_end, now, _verdict(held))
             held.record.speculative_stt = True
             await held.output.commit()
@@ -229,10 +232,10 @@ class Listener:
             if held is not None:
                 self._held = held
                 await self._abandon()
-            await self._send(SpeechEnd())
+            await self.send(SpeechEnd())
             record = self._record or self._new_record()
             _decided(record, speech_end, now, None)
-            await self._conversation().start_utterance(event.pcm, self._speech_output(),
+            await self.conversation().start_utterance(event.pcm, self.speech_output(),
                                                        record)
         self._record = None
         self._refresh_vad()
@@ -240,36 +243,36 @@ class Listener:
     def _refresh_vad(self) -> None:
         if (wanted := self.vad_settings()) != self._vad.settings:  # the stage changed
             self._vad = StreamingVAD(wanted)
-            self._playback.resume()
+            self.playback.resume()
 
     # ---- barge-in --------------------------------------------------------------------------
     def _duck(self, echo_share: float | None = None) -> None:
         """A voiced run started while the agent talks: silence the agent until the candidate is
         judged (an interruption cancels the turn) or rejected (resume where it paused); not
         for the agent's own echo."""
-        turn = self._conversation().interruptible_turn()
-        if turn is None or not self._playback.busy:
+        turn = self.conversation().interruptible_turn()
+        if turn is None or not self.playback.busy:
             return
         if self._is_echo(self._echo_share() if echo_share is None else echo_share):
             return
-        self._playback.pause()
+        self.playback.pause()
         if turn.record.ducked is None:
             turn.record.ducked = time.monotonic()
 
     async def _speech_started(self) -> None:
         record = self._new_record()
-        turn = self._conversation().interruptible_turn()
+        turn = self.conversation().interruptible_turn()
         log.debug("speech started (agent speaking: %s)", turn is not None)
-        share = self._echo_share() if self._settings.barge_in_judge else 0.0
+        share = self._echo_share() if self.settings.barge_in_judge else 0.0
         if self._is_echo(share):  # the agent's voice coming back (also after its turn ended)
-            self._playback.resume()
+            self.playback.resume()
             self._barge = _BargeIn(record, turn.spoken_text() if turn is not None else "",
                                    time.monotonic(), ignored=True,
                                    judged_samples=self._vad.utterance_samples,
                                    echo_share=share)
             self._record = record
             return
-        if turn is not None and self._settings.barge_in_judge:
+        if turn is not None and self.settings.barge_in_judge:
             self._duck(share)
             self._barge = _BargeIn(record, turn.spoken_text(), time.monotonic(),
                                    echo_share=share)
@@ -281,11 +284,11 @@ class Listener:
     async def _user_speaks(self, turn: Turn | None, detected: float) -> None:
         """The user has the floor: ``speech-start``, and the agent's turn (if it is still
         talking) is cut; ``detected`` is when the interrupting speech counted."""
-        await self._send(SpeechStart())
+        await self.send(SpeechStart())
         if turn is not None:
             turn.record.barge_in_detected = detected
-            await self._conversation().interrupt()
-        self._playback.resume()
+            await self.conversation().interrupt()
+        self.playback.resume()
         self._last_interim = time.monotonic()
 
     async def _judge_barge_in(self) -> None:
@@ -302,7 +305,7 @@ class Listener:
 
     def _judge(self, barge: _BargeIn, pcm: np.ndarray) -> None:
         barge.judged_samples = self._vad.utterance_samples
-        barge.judge = self._spawn(self._stt.transcribe(pcm), "barge-in-words")
+        barge.judge = self._spawn(self.stt.transcribe(pcm), "barge-in-words")
 
     def _judge_again(self, barge: _BargeIn) -> None:
         """Speech judged not to interrupt goes on (echo of a long answer, or the user who
@@ -312,7 +315,7 @@ class Listener:
         grown = self._vad.utterance_samples - barge.judged_samples
         if grown < (ECHO_EVERY_S * RATE if self._is_echo(barge.echo_share) else RATE):
             return
-        turn = self._conversation().interruptible_turn()
+        turn = self.conversation().interruptible_turn()
         if turn is None and barge.agent_said:  # an acknowledgement that outlived the answer
             return
         barge.judged_samples = self._vad.utterance_samples
@@ -331,7 +334,7 @@ class Listener:
         voice = self._vad.voice_so_far()[-int(ECHO_WINDOW_S * RATE):]
         if not len(voice):
             return 0.0
-        played = self._playback.echo.recent(ECHO_DELAY_S + len(voice) / RATE, time.monotonic())
+        played = self.playback.echo.recent(ECHO_DELAY_S + len(voice) / RATE, time.monotonic())
         if not played.any():
             return 0.0
         share = echo_share(voice, played)
@@ -339,7 +342,7 @@ class Listener:
         return share
 
     def _is_echo(self, share: float) -> bool:
-        return share >= self._settings.barge_in_echo_share
+        return share >= self.settings.barge_in_echo_share
 
     async def _interrupts(self, barge: _BargeIn) -> bool:
         """Decide a barge-in candidate (waits for its words if need be): True when it is a real
@@ -351,7 +354,7 @@ class Listener:
         assert barge.judge is not None
         await asyncio.wait({barge.judge})
         words = "" if barge.judge.cancelled() or barge.judge.exception() else barge.judge.result()
-        turn = self._conversation().interruptible_turn()
+        turn = self.conversation().interruptible_turn()
         if turn is None:
             real = not no_words(words)  # the agent finished meanwhile: an ordinary utterance
         else:
@@ -360,7 +363,7 @@ class Listener:
         if not real:
             log.debug("not a barge-in: %r", words)
             barge.ignored = True
-            self._playback.resume()
+            self.playback.resume()
             return False
         log.debug("barge-in: %r", words)
         if self._barge is barge:
@@ -373,8 +376,8 @@ class Listener:
         vad = self._vad
         if (vad.speaking and self._held is None  # a paused user has a transcript coming
                 and self._barge is None
-                and self._settings.interim_transcripts
-                and not self._busy()  # best effort: shed under load
+                and self.settings.interim_transcripts
+                and not self.busy()  # best effort: shed under load
                 and vad.time_s and time.monotonic() - self._last_interim >= INTERIM_EVERY_S
                 and vad.utterance_samples >= INTERIM_AFTER_S * RATE
                 and (self._interim is None or self._interim.done())):
@@ -383,13 +386,13 @@ class Listener:
                                         "interim-transcript")
 
     async def _interim_transcript(self, pcm: np.ndarray) -> None:
-        text = await self._stt.transcribe(pcm, urgent=False)
+        text = await self.stt.transcribe(pcm, urgent=False)
         if text.strip() and not self._closed:
-            await self._send(Transcript(text=text, is_final=False))
+            await self.send(Transcript(text=text, is_final=False))
 
     # ---- lifecycle -------------------------------------------------------------------------
     def _new_record(self) -> TurnRecord:
-        session = self._conversation().session
+        session = self.conversation().session
         return TurnRecord(session_id=session.id if session is not None else "?")
 
     def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
@@ -407,6 +410,10 @@ class Listener:
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+
+async def _text_of(hearing: Awaitable[Hearing]) -> str:
+    return (await hearing).text
 
 
 def _verdict(held: _Speculation) -> Verdict | None:

@@ -92,8 +92,8 @@ def test_one_unfinished_reading_among_the_likely_ones_is_enough_to_wait():
 async def test_whisper_s_readings_of_cut_off_questions_hold_the_cut(make_speech):
     """Real speech, the server's Whisper: a question cut off after a word that owes its object
     is judged unfinished by its best reading or a nearly as likely one; a finished question is
-    not. Measured over 82 such fragments: 58 of 82 (espeak-ng) and 74 of 82 (Piper) caught,
-    against 50 and 68 by the best reading alone; 4 and 1 of 80 finished questions held."""
+    not. Measured over 82 such fragments: 65 of 82 (espeak-ng) and 78 of 82 (Piper) held,
+    against 50 and 68 by the best reading alone; 5 and 3 of 80 finished questions held."""
     async with ComputePool(1) as pool:
         stt = WhisperSTT(pool)
         await stt.load()

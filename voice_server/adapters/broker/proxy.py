@@ -11,36 +11,29 @@ the in-process ``BrokerService`` and are recorded per ``correlation_id``; the ad
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any
 
 from aiohttp import web
 
-from ...serving import Site
+from ..kit import HTTPPort
 from .messages import WireRequest, is_prompt, safe_error_message
 from .service import BrokerService
 
 __all__ = ["BrokerProxy"]
-
-log = logging.getLogger(__name__)
 
 
 def _error(message: str, status: int = 200) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
-class BrokerProxy:
+class BrokerProxy(HTTPPort):
     """``async with BrokerProxy(service, host="127.0.0.1", port=0) as proxy: proxy.url``."""
 
-    def __init__(self, service: BrokerService, *, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.service = service
-        self.host = host
-        self.port = port
-        self._site: Site | None = None
+    name = "broker HTTP proxy"
 
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+    def __init__(self, service: BrokerService, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        super().__init__(host=host, port=port)
+        self.service = service
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.service.options.max_message_bytes)
@@ -49,23 +42,6 @@ class BrokerProxy:
         app.router.add_get("/llm_calls/{correlation_id}", self._calls)
         app.router.add_route("*", "/{tail:.*}", self._not_found)
         return app
-
-    async def start(self) -> None:
-        self._site = await Site(self.app(), self.host, self.port).start()
-        self.port = self._site.port
-        log.info("broker HTTP proxy listening on %s", self.url)
-
-    async def close(self) -> None:
-        site, self._site = self._site, None
-        if site is not None:
-            await site.aclose()
-
-    async def __aenter__(self) -> BrokerProxy:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     async def _not_found(self, request: web.Request) -> web.Response:
         return _error("Not found", 404)

@@ -114,6 +114,6 @@ async def _main(args: argparse.Namespace) -> int:
             async with CallerHTTPServer(service, server, host=options.host,
                                         port=options.port) as http:
                 log.info("LLM caller on %s (REST /mcp/..., MCP /mcp)", http.url)
-                await http.serve_until(stop)
+                await stop.wait()
             log.info("LLM caller stopped")
     return 0

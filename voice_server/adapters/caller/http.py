@@ -29,7 +29,8 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
-from ...serving import Site, peer_address
+from ...serving import peer_address
+from ..kit import HTTPPort
 from ..strict_json import loads_strict
 from .asgi import call_asgi
 from .errors import (
@@ -288,29 +289,19 @@ def build_app(service: CallerService, mcp_server: Server[Any], *,
     return app
 
 
-class CallerHTTPServer:
+class CallerHTTPServer(HTTPPort):
     """``async with CallerHTTPServer(service, mcp_server, host=..., port=0) as srv: srv.port``"""
+
+    name = "LLM caller"
+    shutdown_timeout_s = 2.0
+    # a client that drops a stream cancels its handler, which closes the provider's stream
+    cancel_on_disconnect = True
 
     def __init__(self, service: CallerService, mcp_server: Server[Any], *,
                  host: str = "127.0.0.1", port: int = 4037) -> None:
-        self.host = host
-        self.port = port
-        # a client that drops a stream cancels its handler, which closes the provider's stream
-        self._site = Site(build_app(service, mcp_server), host, port, shutdown_timeout_s=2.0,
-                          cancel_on_disconnect=True)
+        super().__init__(host=host, port=port)
+        self.service = service
+        self.mcp_server = mcp_server
 
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    async def __aenter__(self) -> CallerHTTPServer:
-        await self._site.start()
-        self.port = self._site.port
-        return self
-
-    async def serve_until(self, stop: asyncio.Event) -> None:
-        """Serve until ``stop`` is set."""
-        await stop.wait()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._site.aclose()
+    def app(self) -> web.Application:
+        return build_app(self.service, self.mcp_server)

@@ -23,6 +23,7 @@ from typing import Any
 
 from voice_server.llm import ChatRequest, LLMError, LLMProvider, LLMRouter, LLMUnavailable
 
+from ..kit import AsyncService
 from .config import CAPABILITIES, CallerOptions, ClientEntry, ClientRegistry, ProviderEntry
 from .errors import CallerError, ProviderError, classify, forbidden, internal, unauthorized
 from .routing import FixedWindowLimiter, Selection, UnknownProvider, select_provider
@@ -49,7 +50,7 @@ class ProviderRuntime:
     problem: str | None = None  # why ``chat`` is missing (configuration), for health details
 
 
-class CallerService:
+class CallerService(AsyncService):
     """``async with CallerService(runtimes, registry=..., options=...) as service: ...``"""
 
     def __init__(self, runtimes: dict[str, ProviderRuntime], *, registry: ClientRegistry,
@@ -68,12 +69,6 @@ class CallerService:
         chat_providers = {key: rt.chat for key, rt in runtimes.items() if rt.chat is not None}
         self.router = LLMRouter(chat_providers, default=next(iter(chat_providers))) \
             if chat_providers else None
-
-    async def __aenter__(self) -> CallerService:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         seen: set[int] = set()

@@ -8,6 +8,7 @@ logged and surface as ``StoreError`` with a generic message.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import re
@@ -18,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ...config import data_dir_from_env
+from ..kit import AsyncService
 from .errors import StoreError, ToolNotFound
 
 __all__ = [
@@ -104,23 +106,41 @@ def _row_to_config(row: Any) -> ToolConfig:
     return ToolConfig.model_construct(**values)
 
 
-class ToolStore:
-    """The interface (and the shared SQL) of every back end: ``async with store: ...``."""
+class ToolStore(AsyncService):
+    """The interface (and the shared SQL) of every back end: ``async with store: ...``.
+
+    A back end connects in ``_connect`` (its connection or pool in ``_handle``) and runs the
+    ``MIGRATIONS`` in ``_migrate``."""
 
     _errors: tuple[type[BaseException], ...] = ()
+    _handle: Any = None  # the open connection (SQLite) or pool (PostgreSQL)
 
-    async def __aenter__(self) -> ToolStore:
+    async def start(self) -> None:
         await self.open()
-        return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    # back-end primitives ---------------------------------------------------------------------
     async def open(self) -> None:
-        raise NotImplementedError
+        try:
+            await self._connect()
+            await self._migrate()
+        except self._errors as exc:
+            await self.aclose()
+            raise self._fail("open", exc) from exc
 
     async def aclose(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            await handle.close()
+
+    def _conn(self) -> Any:
+        if self._handle is None:
+            raise StoreError("the tool store is not open")
+        return self._handle
+
+    # back-end primitives ---------------------------------------------------------------------
+    async def _connect(self) -> None:
+        raise NotImplementedError
+
+    async def _migrate(self) -> None:
         raise NotImplementedError
 
     async def _fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
@@ -180,23 +200,17 @@ class SQLiteToolStore(ToolStore):
 
         self.path = Path(path)
         self._errors = (sqlite3.Error, OSError, ValueError)
-        self._db: Any = None
 
-    async def open(self) -> None:
+    async def _connect(self) -> None:
         import aiosqlite
 
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = await aiosqlite.connect(self.path)
-            await self._db.execute("PRAGMA busy_timeout = 5000")
-            await self._db.execute("PRAGMA journal_mode = WAL")
-            await self._migrate()
-        except self._errors as exc:
-            await self.aclose()
-            raise self._fail("open", exc) from exc
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._handle = await aiosqlite.connect(self.path)
+        await self._handle.execute("PRAGMA busy_timeout = 5000")
+        await self._handle.execute("PRAGMA journal_mode = WAL")
 
     async def _migrate(self) -> None:
-        db = self._db
+        db = self._handle
         await db.execute("CREATE TABLE IF NOT EXISTS prompt_schema_migrations "
                          "(version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)")
         await db.commit()
@@ -216,16 +230,6 @@ class SQLiteToolStore(ToolStore):
             await db.rollback()
             raise
 
-    async def aclose(self) -> None:
-        db, self._db = self._db, None
-        if db is not None:
-            await db.close()
-
-    def _conn(self) -> Any:
-        if self._db is None:
-            raise StoreError("the tool store is not open")
-        return self._db
-
     async def _fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         async with self._conn().execute(sql, args) as cur:
             return list(await cur.fetchall())
@@ -238,14 +242,8 @@ class SQLiteToolStore(ToolStore):
 
 
 def _dollar_params(sql: str) -> str:
-    count = 0
-
-    def repl(_: re.Match[str]) -> str:
-        nonlocal count
-        count += 1
-        return f"${count}"
-
-    return re.sub(r"\?", repl, sql)
+    numbers = itertools.count(1)
+    return re.sub(r"\?", lambda _: f"${next(numbers)}", sql)
 
 
 class PostgresToolStore(ToolStore):
@@ -258,24 +256,18 @@ class PostgresToolStore(ToolStore):
         self.dsn = dsn
         self._errors = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError,
                         ValueError)
-        self._pool: Any = None
         self._sizes = (min_size, max_size)
         self._timeout_s = timeout_s
 
-    async def open(self) -> None:
+    async def _connect(self) -> None:
         import asyncpg
 
-        try:
-            self._pool = await asyncpg.create_pool(
-                self.dsn, min_size=self._sizes[0], max_size=self._sizes[1],
-                timeout=self._timeout_s, command_timeout=self._timeout_s)
-            await self._migrate()
-        except self._errors as exc:
-            await self.aclose()
-            raise self._fail("open", exc) from exc
+        self._handle = await asyncpg.create_pool(
+            self.dsn, min_size=self._sizes[0], max_size=self._sizes[1],
+            timeout=self._timeout_s, command_timeout=self._timeout_s)
 
     async def _migrate(self) -> None:
-        async with self._pool.acquire() as conn, conn.transaction():
+        async with self._handle.acquire() as conn, conn.transaction():
             # one migrator at a time across processes
             await conn.execute("SELECT pg_advisory_xact_lock(8117460)")
             await conn.execute("CREATE TABLE IF NOT EXISTS prompt_schema_migrations "
@@ -288,16 +280,6 @@ class PostgresToolStore(ToolStore):
                     await conn.execute(statement)
                 await conn.execute("INSERT INTO prompt_schema_migrations VALUES ($1, $2)",
                                    version, int(time.time()))
-
-    async def aclose(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            await pool.close()
-
-    def _conn(self) -> Any:
-        if self._pool is None:
-            raise StoreError("the tool store is not open")
-        return self._pool
 
     async def _fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         return list(await self._conn().fetch(_dollar_params(sql), *args))

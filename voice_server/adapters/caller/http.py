@@ -31,7 +31,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from ...serving import peer_address
 from ..kit import HTTPPort
-from ..strict_json import loads_strict
+from ..wire_json import loads_strict
 from .asgi import call_asgi
 from .errors import (
     CallerError,

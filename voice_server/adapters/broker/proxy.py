@@ -50,7 +50,9 @@ class BrokerProxy(HTTPPort):
         calls = self.service.log.get(request.match_info["correlation_id"])
         return web.json_response({"calls": [c.to_dict() for c in calls]})
 
-    async def _body(self, request: web.Request) -> dict[str, Any] | web.Response:
+    async def _query(self, request: web.Request, key: str
+                     ) -> tuple[Any, str | None, str | None] | web.Response:
+        """``(body[key], model, correlation_id)`` of a query, or the answer refusing it."""
         length = request.headers.get("Content-Length")
         if length is None:
             return _error("Missing Content-Length", 400)
@@ -71,28 +73,22 @@ class BrokerProxy(HTTPPort):
             return _error(safe_error_message(exc), 400)
         if not isinstance(body, dict):
             return _error("Request body must be a JSON object", 400)
-        return body
-
-    @staticmethod
-    def _common(body: dict[str, Any]) -> tuple[str | None, str | None] | web.Response:
+        value = body.get(key)
+        if not (is_prompt(value) if key == "prompt" else
+                isinstance(value, list) and all(is_prompt(p) for p in value)):
+            return _error(f"Invalid {key}")
         model, cid = body.get("model"), body.get("correlation_id")
         if model is not None and not isinstance(model, str):
             return _error("Invalid model")
         if cid is not None and not isinstance(cid, str):
             return _error("Invalid correlation_id")
-        return model, cid
+        return value, model, cid
 
     async def _single(self, request: web.Request) -> web.Response:
-        body = await self._body(request)
-        if isinstance(body, web.Response):
-            return body
-        prompt = body.get("prompt")
-        if prompt is None or not is_prompt(prompt):
-            return _error("Invalid prompt")
-        common = self._common(body)
-        if isinstance(common, web.Response):
-            return common
-        model, cid = common
+        query = await self._query(request, "prompt")
+        if isinstance(query, web.Response):
+            return query
+        prompt, model, cid = query
         response = await self.service.handle(WireRequest(prompt=prompt, model=model,
                                                          correlation_id=cid))
         if response.error is not None:
@@ -103,18 +99,12 @@ class BrokerProxy(HTTPPort):
         return web.json_response({"response": (result.chat_completion or {})["response"]})
 
     async def _batched(self, request: web.Request) -> web.Response:
-        body = await self._body(request)
-        if isinstance(body, web.Response):
-            return body
-        prompts = body.get("prompts")
-        if not isinstance(prompts, list) or not all(is_prompt(p) for p in prompts):
-            return _error("Invalid prompts")
-        common = self._common(body)
-        if isinstance(common, web.Response):
-            return common
+        query = await self._query(request, "prompts")
+        if isinstance(query, web.Response):
+            return query
+        prompts, model, cid = query
         if not prompts:
             return web.json_response({"responses": []})
-        model, cid = common
         response = await self.service.handle(WireRequest(prompts=prompts, model=model,
                                                          correlation_id=cid))
         if response.error is not None:

@@ -23,7 +23,7 @@ import os
 import signal
 import stat
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Self
 
@@ -43,6 +43,7 @@ __all__ = [
     "add_llm_flags",
     "close_stream",
     "configure_logging",
+    "os_error_text",
     "run_async",
     "serve_sidecar",
     "settings_from_args",
@@ -67,16 +68,35 @@ def configure_logging(level: str) -> None:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
 
-def run_async(main: Callable[[], Awaitable[int]], log_level: str = "INFO") -> int:
-    """Run a sidecar's coroutine until it returns or Ctrl-C; LLM setup errors are one line."""
-    configure_logging(log_level)
+# (exception classes, exit code, the text printed after the program name)
+Failure = tuple[type[BaseException] | tuple[type[BaseException], ...], int,
+                Callable[[Any], object]]
+LLM_SETUP_FAILURES: tuple[Failure, ...] = (((LLMError, OSError), 2, str),)
+
+
+def os_error_text(exc: OSError) -> object:
+    """An ``OSError`` without its errno prefix (e.g. the port is taken)."""
+    return exc.strerror or exc
+
+
+def run_async(main: Callable[[], Awaitable[int]], log_level: str | None = "INFO", *,
+              prog: str = "voice-server", interrupted: int = 0,
+              failures: Sequence[Failure] = LLM_SETUP_FAILURES) -> int:
+    """Run a command's coroutine until it returns, or Ctrl-C (exit ``interrupted``). An
+    exception listed in ``failures`` (the LLM setup's, by default) is one stderr line
+    ``PROG: text`` and its exit code (an ``exit_code`` attribute wins), not a traceback."""
+    if log_level is not None:
+        configure_logging(log_level)
     try:
         return asyncio.run(main())  # type: ignore[arg-type]
     except KeyboardInterrupt:
-        return 0
-    except (LLMError, OSError) as exc:
-        print(f"voice-server: {exc}", file=sys.stderr)
-        return 2
+        return interrupted
+    except Exception as exc:
+        for kinds, code, text in failures:
+            if isinstance(exc, kinds):
+                print(f"{prog}: {text(exc)}", file=sys.stderr)
+                return getattr(exc, "exit_code", code)
+        raise
 
 
 def stop_event() -> asyncio.Event:

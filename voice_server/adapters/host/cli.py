@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 
 from ..kit import add_llm_flags, run_async, serve_sidecar, settings_from_args
@@ -116,6 +115,4 @@ def _chat(args: argparse.Namespace) -> int:
                 sys.stdout.flush()
         return 0
 
-    with contextlib.suppress(KeyboardInterrupt):
-        return run_async(main, "WARNING")
-    return 130
+    return run_async(main, "WARNING")

@@ -72,9 +72,6 @@ class CompletionLog:
     def get(self, correlation_id: str) -> list[ChatCompletion]:
         return list(self._calls.get(correlation_id, ()))
 
-    def pop(self, correlation_id: str) -> list[ChatCompletion]:
-        return self._calls.pop(correlation_id, [])
-
 
 def prompt_messages(prompt: Prompt) -> list[dict[str, Any]]:
     """Chat messages for a prompt: a string is one user turn; a message list is used as is;

@@ -192,7 +192,7 @@ class _Routes:
         permissions are checked by the tools themselves."""
         token = request_token(request.headers)
         if not token:
-            return _error_response(unauthorized())
+            return _error_response(unauthorized("Missing client token"))
         if self.service.registry.lookup(token) is None:
             return _error_response(forbidden("Unknown client token"))
         return await call_asgi(self._mcp, request)

@@ -41,6 +41,7 @@ __all__ = [
     "HTTPPort",
     "StreamServer",
     "add_llm_flags",
+    "add_sidecar_command",
     "close_stream",
     "configure_logging",
     "os_error_text",
@@ -61,6 +62,22 @@ LLM_FLAGS = ("llm_provider", "llm_base_url", "llm_api_key", "llm_model", "llm_mo
 def add_llm_flags(parser: argparse.ArgumentParser) -> None:
     """``--config`` plus the LLM settings shared with the voice server (same config, same env)."""
     add_settings_flags(parser, LLM_FLAGS)
+
+
+def add_sidecar_command(sidecars: argparse._SubParsersAction, name: str,
+                        func: Callable[[argparse.Namespace], int], *, help: str,
+                        description: str | None = None, port: int = 0,
+                        port_help: str = "TCP port (0: pick a free one)",
+                        llm_flags: bool = True) -> argparse.ArgumentParser:
+    """``voice-server sidecar NAME`` with the listen flags (``--host``, ``--port``) and, unless
+    the command reads its own config, the LLM flags; the caller adds the sidecar's own flags."""
+    parser = sidecars.add_parser(name, help=help, description=description)
+    parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=port, help=port_help)
+    if llm_flags:
+        add_llm_flags(parser)
+    parser.set_defaults(func=func)
+    return parser
 
 
 def configure_logging(level: str) -> None:

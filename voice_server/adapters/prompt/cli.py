@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ...config import config_file_from_env, env_value
-from ..kit import os_error_text, run_async, stop_event
+from ..kit import add_sidecar_command, os_error_text, run_async, stop_event
 from .codec import parse_run_request
 from .errors import PromptError, ToolNotFound
 from .factory import PROVIDERS
@@ -108,15 +108,14 @@ def add_sidecar_parser(sidecar_subparsers: Any) -> None:
     """Add ``voice-server sidecar prompt``: Connect JSON + gRPC-JSON servers."""
     from .server import DEFAULT_GRPC_PORT, DEFAULT_PORT
 
-    parser = sidecar_subparsers.add_parser(
-        "prompt", help="prompt service: Connect JSON and gRPC-JSON prompt.v1.PromptService/Run")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="Connect/HTTP port")
+    parser = add_sidecar_command(
+        sidecar_subparsers, "prompt", _cmd_sidecar, port=DEFAULT_PORT,
+        port_help="Connect/HTTP port", llm_flags=False,
+        help="prompt service: Connect JSON and gRPC-JSON prompt.v1.PromptService/Run")
     parser.add_argument("--grpc-port", type=int, default=DEFAULT_GRPC_PORT,
                         help="gRPC-JSON port (-1: no gRPC)")
     parser.add_argument("--log-level", default="INFO")
     _add_service_flags(parser)
-    parser.set_defaults(func=_cmd_sidecar)
 
 
 # --- commands ---------------------------------------------------------------------------------

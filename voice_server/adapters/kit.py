@@ -28,6 +28,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Self
 
 from aiohttp import web
+from pydantic import BaseModel, ConfigDict
 
 from ..config import Settings
 from ..llm import LLMError, LLMRouter
@@ -40,6 +41,7 @@ __all__ = [
     "ConnectionTasks",
     "HTTPPort",
     "StreamServer",
+    "StrictModel",
     "add_llm_flags",
     "add_sidecar_command",
     "close_stream",
@@ -207,6 +209,12 @@ async def close_stream(writer: asyncio.StreamWriter, timeout_s: float = 1.0) -> 
     writer.close()
     with contextlib.suppress(Exception):
         await asyncio.wait_for(writer.wait_closed(), timeout_s)
+
+
+class StrictModel(BaseModel):
+    """The sidecars' options and config files: an unknown key is an error."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 class AsyncService:

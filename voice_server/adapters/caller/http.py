@@ -34,14 +34,7 @@ from ...serving import peer_address
 from ..kit import HTTPPort
 from ..wire_json import loads_strict
 from .asgi import call_asgi
-from .errors import (
-    CallerError,
-    bad_request,
-    forbidden,
-    internal,
-    retry_after_header,
-    unauthorized,
-)
+from .errors import CallerError, bad_request, forbidden, internal, retry_after_header, unauthorized
 from .mcp_tools import request_token
 from .schemas import SCHEMA_NAMES, load_schema
 from .service import CallerService

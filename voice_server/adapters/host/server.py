@@ -17,10 +17,10 @@ import os
 import socket
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from ...llm import ChatRequest, LLMError, LLMRouter
-from ..kit import StreamServer
+from ..kit import StreamServer, StrictModel
 from . import messages as m
 from .codec import MAX_LINE_BYTES, LineDecoder, encode
 from .errors import LineTooLong, ProtocolViolation
@@ -30,10 +30,8 @@ __all__ = ["HostOptions", "HostServer", "map_generation_error"]
 log = logging.getLogger(__name__)
 
 
-class HostOptions(BaseModel):
+class HostOptions(StrictModel):
     """Adapter options: identity, limits (spec defaults) and sampling."""
-
-    model_config = ConfigDict(extra="forbid")
 
     host_name: str = Field(default_factory=socket.gethostname)
     model: str | None = Field(None, description="LLM-layer model spec (None: the default)")

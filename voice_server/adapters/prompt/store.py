@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from ...config import data_dir_from_env
-from ..kit import AsyncService
+from ..kit import AsyncService, StrictModel
 from .errors import StoreError, ToolNotFound
 
 __all__ = [
@@ -64,10 +64,8 @@ _UPSERT = (
 )
 
 
-class ToolConfig(BaseModel):
+class ToolConfig(StrictModel):
     """One tool: which LLM serves it and with which defaults."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=200)
     provider: str = Field(min_length=1, max_length=40)

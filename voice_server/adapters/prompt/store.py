@@ -8,13 +8,16 @@ logged and surface as ``StoreError`` with a generic message.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
 import re
 import time
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import Field, field_validator
 
@@ -33,6 +36,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 SQLITE_FILE_NAME = "prompt-tools.sqlite3"
 
@@ -134,11 +139,25 @@ class ToolStore(AsyncService):
             raise StoreError("the tool store is not open")
         return self._handle
 
+    async def _migrate(self) -> None:
+        """Run the ``MIGRATIONS`` not recorded yet, in a transaction no other migrator runs
+        beside (``_migrating`` yields its ``execute(sql, *args)`` and ``fetch(sql)``)."""
+        async with self._migrating() as (execute, fetch):
+            await execute("CREATE TABLE IF NOT EXISTS prompt_schema_migrations "
+                          "(version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)")
+            done = {row[0] for row in await fetch("SELECT version FROM prompt_schema_migrations")}
+            for version, statements in MIGRATIONS:
+                if version not in done:
+                    for statement in statements:
+                        await execute(statement)
+                    await execute("INSERT INTO prompt_schema_migrations VALUES (?, ?)",
+                                  version, int(time.time()))
+
     # back-end primitives ---------------------------------------------------------------------
     async def _connect(self) -> None:
         raise NotImplementedError
 
-    async def _migrate(self) -> None:
+    def _migrating(self) -> AbstractAsyncContextManager[tuple[Any, Any]]:
         raise NotImplementedError
 
     async def _fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
@@ -152,21 +171,22 @@ class ToolStore(AsyncService):
         log.warning("tool store: %s failed: %s: %s", what, type(exc).__name__, exc)
         return StoreError("the tool store is unavailable")
 
+    async def _guarded(self, what: str, call: Awaitable[_T]) -> _T:
+        """``await call``; a driver's error is logged and becomes the generic ``StoreError``."""
+        try:
+            return await call
+        except self._errors as exc:
+            raise self._fail(what, exc) from exc
+
     async def get(self, name: str) -> ToolConfig:
         """The tool called ``name``; ``ToolNotFound`` when there is none."""
-        try:
-            rows = await self._fetch(_SELECT + " WHERE name = ?", (name,))
-        except self._errors as exc:
-            raise self._fail("get", exc) from exc
+        rows = await self._guarded("get", self._fetch(_SELECT + " WHERE name = ?", (name,)))
         if not rows:
             raise ToolNotFound()
         return _row_to_config(rows[0])
 
     async def list(self) -> list[ToolConfig]:
-        try:
-            rows = await self._fetch(_SELECT + " ORDER BY name")
-        except self._errors as exc:
-            raise self._fail("list", exc) from exc
+        rows = await self._guarded("list", self._fetch(_SELECT + " ORDER BY name"))
         return [_row_to_config(row) for row in rows]
 
     async def put(self, config: ToolConfig) -> ToolConfig:
@@ -176,18 +196,13 @@ class ToolStore(AsyncService):
                                            "updated_at": now})
         args = tuple(getattr(stored, c) for c in _COLUMNS)
         args = tuple(json.dumps(a, sort_keys=True) if isinstance(a, dict) else a for a in args)
-        try:
-            await self._execute(_UPSERT, args)
-        except self._errors as exc:
-            raise self._fail("put", exc) from exc
+        await self._guarded("put", self._execute(_UPSERT, args))
         return await self.get(stored.name)
 
     async def remove(self, name: str) -> bool:
         """Delete the tool; ``False`` when it did not exist."""
-        try:
-            return await self._execute("DELETE FROM prompt_tools WHERE name = ?", (name,)) > 0
-        except self._errors as exc:
-            raise self._fail("remove", exc) from exc
+        sql = "DELETE FROM prompt_tools WHERE name = ?"
+        return await self._guarded("remove", self._execute(sql, (name,))) > 0
 
 
 class SQLiteToolStore(ToolStore):
@@ -207,22 +222,12 @@ class SQLiteToolStore(ToolStore):
         await self._handle.execute("PRAGMA busy_timeout = 5000")
         await self._handle.execute("PRAGMA journal_mode = WAL")
 
-    async def _migrate(self) -> None:
+    @contextlib.asynccontextmanager
+    async def _migrating(self) -> AsyncIterator[tuple[Any, Any]]:
         db = self._handle
-        await db.execute("CREATE TABLE IF NOT EXISTS prompt_schema_migrations "
-                         "(version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)")
-        await db.commit()
         await db.execute("BEGIN IMMEDIATE")
         try:
-            async with db.execute("SELECT version FROM prompt_schema_migrations") as cur:
-                done = {row[0] for row in await cur.fetchall()}
-            for version, statements in MIGRATIONS:
-                if version in done:
-                    continue
-                for statement in statements:
-                    await db.execute(statement)
-                await db.execute("INSERT INTO prompt_schema_migrations VALUES (?, ?)",
-                                 (version, int(time.time())))
+            yield (lambda sql, *args: db.execute(sql, args)), db.execute_fetchall
             await db.commit()
         except BaseException:
             await db.rollback()
@@ -264,20 +269,12 @@ class PostgresToolStore(ToolStore):
             self.dsn, min_size=self._sizes[0], max_size=self._sizes[1],
             timeout=self._timeout_s, command_timeout=self._timeout_s)
 
-    async def _migrate(self) -> None:
+    @contextlib.asynccontextmanager
+    async def _migrating(self) -> AsyncIterator[tuple[Any, Any]]:
         async with self._handle.acquire() as conn, conn.transaction():
             # one migrator at a time across processes
             await conn.execute("SELECT pg_advisory_xact_lock(8117460)")
-            await conn.execute("CREATE TABLE IF NOT EXISTS prompt_schema_migrations "
-                               "(version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)")
-            done = {r[0] for r in await conn.fetch("SELECT version FROM prompt_schema_migrations")}
-            for version, statements in MIGRATIONS:
-                if version in done:
-                    continue
-                for statement in statements:
-                    await conn.execute(statement)
-                await conn.execute("INSERT INTO prompt_schema_migrations VALUES ($1, $2)",
-                                   version, int(time.time()))
+            yield (lambda sql, *args: conn.execute(_dollar_params(sql), *args)), conn.fetch
 
     async def _fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         return list(await self._conn().fetch(_dollar_params(sql), *args))

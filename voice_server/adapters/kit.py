@@ -1,8 +1,9 @@
 """What the sidecars share: their LLM flags, run loop and shutdown, and their servers.
 
-A sidecar command builds its options from ``add_llm_flags`` + ``settings_from_args``, runs its
-coroutine through ``run_async`` (one stderr line instead of a traceback when the model or the
-port fails), and serves until ``stop_event()`` is set. ``serve_sidecar`` does all of that for a
+A sidecar command gets its parser from ``add_sidecar_command`` (listen flags plus the LLM
+flags, ``add_llm_flags``; read back with ``settings_from_args``), runs its coroutine through
+``run_async`` (one stderr line instead of a traceback when the model or the port fails), and
+serves until ``stop_event()`` is set. ``serve_sidecar`` does all of that for a
 sidecar with a ``run_sidecar(router, config)`` context (the unit that ``adapters.launch`` also
 starts beside the voice server).
 
@@ -45,7 +46,6 @@ __all__ = [
     "add_llm_flags",
     "add_sidecar_command",
     "close_stream",
-    "configure_logging",
     "os_error_text",
     "run_async",
     "serve_sidecar",
@@ -82,11 +82,6 @@ def add_sidecar_command(sidecars: argparse._SubParsersAction, name: str,
     return parser
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
-
-
 # (exception classes, exit code, the text printed after the program name)
 Failure = tuple[type[BaseException] | tuple[type[BaseException], ...], int,
                 Callable[[Any], object]]
@@ -105,7 +100,8 @@ def run_async(main: Callable[[], Awaitable[int]], log_level: str | None = "INFO"
     exception listed in ``failures`` (the LLM setup's, by default) is one stderr line
     ``PROG: text`` and its exit code (an ``exit_code`` attribute wins), not a traceback."""
     if log_level is not None:
-        configure_logging(log_level)
+        logging.basicConfig(level=log_level.upper(),
+                            format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         return asyncio.run(main())  # type: ignore[arg-type]
     except KeyboardInterrupt:
@@ -227,6 +223,10 @@ class AsyncService:
     async def aclose(self) -> None:
         """Close what ``start`` opened; safe to call twice."""
 
+    async def close(self) -> None:
+        """``aclose`` under the name the servers (and the swarm announcer) have always had."""
+        await self.aclose()
+
     async def __aenter__(self) -> Self:
         try:
             await self.start()
@@ -284,10 +284,6 @@ class StreamServer(AsyncService):
         if servers and self.unix_path is not None:
             with contextlib.suppress(OSError):
                 os.unlink(self.unix_path)
-
-    async def close(self) -> None:
-        """``aclose`` under the name the stream servers have always had."""
-        await self.aclose()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         # serve_stream counts the peer itself, once it is admitted

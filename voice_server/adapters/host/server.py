@@ -100,13 +100,10 @@ class _Connection:
                                           "busy" if self.host.busy else "ready"))
             decoder = LineDecoder(max_line_bytes=self.options.max_line_bytes)
             while data := await self.reader.read(65536):
-                try:
-                    values = decoder.feed(data)
-                except LineTooLong as exc:
-                    await self.send(m.error(exc.code, exc.message))
-                    return
-                for value in values:
+                for value in decoder.feed(data):
                     await self.dispatch(value)
+        except LineTooLong as exc:  # the stream cannot be resynchronised: answer and close
+            await self.send(m.error(exc.code, exc.message))
         finally:  # a ConnectionError is logged by StreamServer.serve_stream
             self._closed = True
             await self.cancel_active()

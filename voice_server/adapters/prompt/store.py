@@ -15,7 +15,6 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable
-from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -157,7 +156,7 @@ class ToolStore(AsyncService):
     async def _connect(self) -> None:
         raise NotImplementedError
 
-    def _migrating(self) -> AbstractAsyncContextManager[tuple[Any, Any]]:
+    def _migrating(self) -> contextlib.AbstractAsyncContextManager[tuple[Any, Any]]:
         raise NotImplementedError
 
     async def _fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:

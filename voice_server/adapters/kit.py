@@ -253,6 +253,7 @@ class StreamServer(AsyncService):
         self.unix_path = os.fspath(unix_path) if unix_path is not None else None
         self._servers: list[asyncio.Server] = []
         self._connections = ConnectionTasks(self.name)
+        self._stopping = False  # aclose() has begun: a peer whose task starts now is not served
 
     @property
     def connections(self) -> int:
@@ -265,6 +266,7 @@ class StreamServer(AsyncService):
         return self._connections.tasks
 
     async def start(self) -> None:
+        self._stopping = False
         if self.port is not None:
             server = await asyncio.start_server(self._accept, self.host, self.port)
             self._servers.append(server)
@@ -279,6 +281,7 @@ class StreamServer(AsyncService):
 
     async def aclose(self) -> None:
         """Stop listening and cancel every peer's task; safe to call twice."""
+        self._stopping = True
         servers, self._servers = self._servers, []
         await stop_servers(servers, self._connections)
         if servers and self.unix_path is not None:
@@ -302,7 +305,7 @@ class StreamServer(AsyncService):
         """Serve one peer on any byte stream until it closes; the writer is closed after."""
         task = asyncio.current_task()
         try:
-            if not await self.admit(writer):
+            if self._stopping or not await self.admit(writer):
                 return
             if task is not None:
                 self._connections.add(task)

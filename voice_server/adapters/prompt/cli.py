@@ -80,7 +80,14 @@ def register(subparsers: Any) -> None:
 
     tools = sub.add_parser("tools", help="manage tool configurations")
     tsub = tools.add_subparsers(dest="tools_command", required=True)
-    add = tsub.add_parser("add", help="add or replace a tool")
+
+    def tools_command(name: str, func: Any, help: str) -> argparse.ArgumentParser:
+        parser = tsub.add_parser(name, help=help)
+        _add_store_flags(parser)
+        parser.set_defaults(func=func)
+        return parser
+
+    add = tools_command("add", _cmd_tools_add, "add or replace a tool")
     add.add_argument("name")
     add.add_argument("--provider", required=True, choices=PROVIDERS)
     add.add_argument("--model")
@@ -92,16 +99,8 @@ def register(subparsers: Any) -> None:
     add.add_argument("--system-prompt")
     add.add_argument("--setting", action="append", default=[], metavar="KEY=VALUE",
                      help="extra setting (VALUE parsed as JSON when it can be); repeatable")
-    _add_store_flags(add)
-    add.set_defaults(func=_cmd_tools_add)
-    lst = tsub.add_parser("list", help="list tools")
-    lst.add_argument("--json", action="store_true")
-    _add_store_flags(lst)
-    lst.set_defaults(func=_cmd_tools_list)
-    rm = tsub.add_parser("remove", help="remove a tool")
-    rm.add_argument("name")
-    _add_store_flags(rm)
-    rm.set_defaults(func=_cmd_tools_remove)
+    tools_command("list", _cmd_tools_list, "list tools").add_argument("--json", action="store_true")
+    tools_command("remove", _cmd_tools_remove, "remove a tool").add_argument("name")
 
 
 def add_sidecar_parser(sidecar_subparsers: Any) -> None:

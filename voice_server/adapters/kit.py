@@ -1,12 +1,16 @@
-"""What the sidecars share: their LLM flags, run loop and shutdown, and a stream server's
-connection tasks.
+"""What the sidecars share: their LLM flags, run loop and shutdown, and their servers.
 
-A sidecar command builds its options from ``add_llm_flags`` + ``settings_from_args``, runs its
-coroutine through ``run_async`` (one stderr line instead of a traceback when the model or the
-port fails), and serves until ``wait_for_stop_signal`` returns. ``serve_sidecar`` does all of
-that for a sidecar with a ``run_sidecar(router, config)`` context (the unit that
-``adapters.launch`` also starts beside the voice server). The TCP sidecars (broker, host) serve
-each peer in a task of ``ConnectionTasks`` and close streams with ``close_stream``.
+A sidecar command gets its parser from ``add_sidecar_command`` (listen flags plus the LLM
+flags, ``add_llm_flags``; read back with ``settings_from_args``), runs its coroutine through
+``run_async`` (one stderr line instead of a traceback when the model or the port fails), and
+serves until ``stop_event()`` is set. ``serve_sidecar`` does all of that for a
+sidecar with a ``run_sidecar(router, config)`` context (the unit that ``adapters.launch`` also
+starts beside the voice server).
+
+Servers and clients are ``AsyncService``s (``async with`` over ``start`` / ``aclose``). The
+stream sidecars (broker, host) are ``StreamServer``s: TCP and/or a Unix socket, each peer served
+in a task of ``ConnectionTasks``, streams closed with ``close_stream``. The HTTP ports (the
+broker's proxy, the caller, the prompt service) are ``HTTPPort``s over ``serving.Site``.
 """
 
 from __future__ import annotations
@@ -16,29 +20,41 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
+import stat
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, Self
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict
 
 from ..config import Settings
 from ..llm import LLMError, LLMRouter
+from ..serving import Site
 from ..settings_flags import add_settings_flags, settings_from_args
 
 __all__ = [
     "LLM_FLAGS",
+    "AsyncService",
     "ConnectionTasks",
+    "HTTPPort",
+    "StreamServer",
+    "StrictModel",
     "add_llm_flags",
+    "add_sidecar_command",
     "close_stream",
-    "configure_logging",
+    "os_error_text",
     "run_async",
     "serve_sidecar",
     "settings_from_args",
     "stop_event",
     "stop_servers",
-    "wait_for_stop_signal",
 ]
+
+log = logging.getLogger(__name__)
 
 # The settings a sidecar takes from its command line (the rest come from the config file or env).
 LLM_FLAGS = ("llm_provider", "llm_base_url", "llm_api_key", "llm_model", "llm_model_path",
@@ -50,21 +66,52 @@ def add_llm_flags(parser: argparse.ArgumentParser) -> None:
     add_settings_flags(parser, LLM_FLAGS)
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+def add_sidecar_command(sidecars: argparse._SubParsersAction, name: str,
+                        func: Callable[[argparse.Namespace], int], *, help: str,
+                        description: str | None = None, port: int = 0,
+                        port_help: str = "TCP port (0: pick a free one)",
+                        llm_flags: bool = True) -> argparse.ArgumentParser:
+    """``voice-server sidecar NAME`` with the listen flags (``--host``, ``--port``) and, unless
+    the command reads its own config, the LLM flags; the caller adds the sidecar's own flags."""
+    parser = sidecars.add_parser(name, help=help, description=description)
+    parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=port, help=port_help)
+    if llm_flags:
+        add_llm_flags(parser)
+    parser.set_defaults(func=func)
+    return parser
 
 
-def run_async(main: Callable[[], Awaitable[int]], log_level: str = "INFO") -> int:
-    """Run a sidecar's coroutine until it returns or Ctrl-C; LLM setup errors are one line."""
-    configure_logging(log_level)
+# (exception classes, exit code, the text printed after the program name)
+Failure = tuple[type[BaseException] | tuple[type[BaseException], ...], int,
+                Callable[[Any], object]]
+LLM_SETUP_FAILURES: tuple[Failure, ...] = (((LLMError, OSError), 2, str),)
+
+
+def os_error_text(exc: OSError) -> object:
+    """An ``OSError`` without its errno prefix (e.g. the port is taken)."""
+    return exc.strerror or exc
+
+
+def run_async(main: Callable[[], Awaitable[int]], log_level: str | None = "INFO", *,
+              prog: str = "voice-server", interrupted: int = 0,
+              failures: Sequence[Failure] = LLM_SETUP_FAILURES) -> int:
+    """Run a command's coroutine until it returns, or Ctrl-C (exit ``interrupted``). An
+    exception listed in ``failures`` (the LLM setup's, by default) is one stderr line
+    ``PROG: text`` and its exit code (an ``exit_code`` attribute wins), not a traceback."""
+    if log_level is not None:
+        logging.basicConfig(level=log_level.upper(),
+                            format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         return asyncio.run(main())  # type: ignore[arg-type]
     except KeyboardInterrupt:
-        return 0
-    except (LLMError, OSError) as exc:
-        print(f"voice-server: {exc}", file=sys.stderr)
-        return 2
+        return interrupted
+    except Exception as exc:
+        for kinds, code, text in failures:
+            if isinstance(exc, kinds):
+                print(f"{prog}: {text(exc)}", file=sys.stderr)
+                return getattr(exc, "exit_code", code)
+        raise
 
 
 def stop_event() -> asyncio.Event:
@@ -75,11 +122,6 @@ def stop_event() -> asyncio.Event:
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     return stop
-
-
-async def wait_for_stop_signal() -> None:
-    """Wait for SIGINT or SIGTERM."""
-    await stop_event().wait()
 
 
 SidecarRunner = Callable[[LLMRouter, Any], AbstractAsyncContextManager[dict[str, str]]]
@@ -95,7 +137,7 @@ def serve_sidecar(run_sidecar: SidecarRunner, settings: Settings, config: Any) -
         try:
             async with run_sidecar(router, config) as ready:
                 print(json.dumps(ready), flush=True)
-                await wait_for_stop_signal()
+                await stop_event().wait()
         finally:
             await router.aclose()
         return 0
@@ -163,3 +205,147 @@ async def close_stream(writer: asyncio.StreamWriter, timeout_s: float = 1.0) -> 
     writer.close()
     with contextlib.suppress(Exception):
         await asyncio.wait_for(writer.wait_closed(), timeout_s)
+
+
+class StrictModel(BaseModel):
+    """The sidecars' options and config files: an unknown key is an error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class AsyncService:
+    """``async with service:`` runs ``start()`` (a start that fails is closed again) and, at
+    the end, ``aclose()``; both do nothing unless a subclass says otherwise."""
+
+    async def start(self) -> None:
+        """Open what the service needs (listen, connect, spawn)."""
+
+    async def aclose(self) -> None:
+        """Close what ``start`` opened; safe to call twice."""
+
+    async def close(self) -> None:
+        """``aclose`` under the name the servers (and the swarm announcer) have always had."""
+        await self.aclose()
+
+    async def __aenter__(self) -> Self:
+        try:
+            await self.start()
+        except BaseException:
+            await self.aclose()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class StreamServer(AsyncService):
+    """A TCP port and/or a Unix socket; each peer is admitted (``admit``) and served
+    (``serve_peer``) in a task of its own. ``port=None`` disables TCP (0: a free port);
+    ``serve_stream`` serves any other byte stream (a bridge, a pipe) the same way."""
+
+    name = "stream"
+
+    def __init__(self, *, host: str = "127.0.0.1", port: int | None = 0,
+                 unix_path: str | os.PathLike[str] | None = None) -> None:
+        self.host = host
+        self.port = port
+        self.unix_path = os.fspath(unix_path) if unix_path is not None else None
+        self._servers: list[asyncio.Server] = []
+        self._connections = ConnectionTasks(self.name)
+        self._stopping = False  # aclose() has begun: a peer whose task starts now is not served
+
+    @property
+    def connections(self) -> int:
+        """Peers being served now."""
+        return len(self._connections)
+
+    @property
+    def connection_tasks(self) -> frozenset[asyncio.Task[Any]]:
+        """The running connection tasks (await them to see a peer fully handled)."""
+        return self._connections.tasks
+
+    async def start(self) -> None:
+        self._stopping = False
+        if self.port is not None:
+            server = await asyncio.start_server(self._accept, self.host, self.port)
+            self._servers.append(server)
+            self.port = server.sockets[0].getsockname()[1]
+            log.info("%s listening on %s:%d", self.name, self.host, self.port)
+        if self.unix_path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                if stat.S_ISSOCK(os.stat(self.unix_path).st_mode):
+                    os.unlink(self.unix_path)  # a stale socket from an earlier run
+            self._servers.append(await asyncio.start_unix_server(self._accept, self.unix_path))
+            log.info("%s listening on unix:%s", self.name, self.unix_path)
+
+    async def aclose(self) -> None:
+        """Stop listening and cancel every peer's task; safe to call twice."""
+        self._stopping = True
+        servers, self._servers = self._servers, []
+        await stop_servers(servers, self._connections)
+        if servers and self.unix_path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.unix_path)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # serve_stream counts the peer itself, once it is admitted
+        await self._connections.serve(self.serve_stream(reader, writer), writer, count=False)
+
+    async def admit(self, writer: asyncio.StreamWriter) -> bool:
+        """Whether to serve a new peer (a refusal is written to ``writer`` first)."""
+        return True
+
+    async def serve_peer(self, reader: asyncio.StreamReader,
+                         writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+    async def serve_stream(self, reader: asyncio.StreamReader,
+                           writer: asyncio.StreamWriter) -> None:
+        """Serve one peer on any byte stream until it closes; the writer is closed after."""
+        task = asyncio.current_task()
+        try:
+            if self._stopping or not await self.admit(writer):
+                return
+            if task is not None:
+                self._connections.add(task)
+            await self.serve_peer(reader, writer)
+        except (ConnectionError, TimeoutError) as exc:
+            log.debug("%s connection ended: %s", self.name, exc)
+        finally:
+            if task is not None:
+                self._connections.discard(task)
+            await close_stream(writer)
+
+
+class HTTPPort(AsyncService):
+    """An aiohttp application (``app()``) served on ``host:port`` through ``serving.Site``
+    (port 0: a free one); ``port`` is the bound port once started."""
+
+    name = "http"
+    shutdown_timeout_s = 10.0
+    cancel_on_disconnect = False  # see ``serving.Site``
+
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.host = host
+        self.port = port
+        self._site: Site | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def app(self) -> web.Application:
+        raise NotImplementedError
+
+    async def start(self) -> None:
+        self._site = await Site(self.app(), self.host, self.port,
+                                shutdown_timeout_s=self.shutdown_timeout_s,
+                                cancel_on_disconnect=self.cancel_on_disconnect).start()
+        self.port = self._site.port
+        log.info("%s listening on %s", self.name, self.url)
+
+    async def aclose(self) -> None:
+        site, self._site = self._site, None
+        if site is not None:
+            await site.aclose()

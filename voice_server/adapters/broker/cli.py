@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..kit import add_llm_flags, serve_sidecar, settings_from_args
+from ..kit import add_sidecar_command, serve_sidecar, settings_from_args
 
 __all__ = ["add_sidecar_parser"]
 
@@ -17,11 +17,10 @@ def _model_pair(text: str) -> tuple[str, str]:
 
 
 def add_sidecar_parser(sidecar_subparsers: argparse._SubParsersAction) -> None:
-    parser = sidecar_subparsers.add_parser(
-        "broker", help="4-byte length-prefixed JSON over TCP, plus its HTTP proxy",
+    parser = add_sidecar_command(
+        sidecar_subparsers, "broker", _run,
+        help="4-byte length-prefixed JSON over TCP, plus its HTTP proxy",
         description="Serve the broker wire protocol (and optionally its HTTP proxy).")
-    parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=0, help="TCP port (0: pick a free one)")
     parser.add_argument("--http-port", type=int, default=None,
                         help="also serve the HTTP proxy on this port (0: pick a free one)")
     parser.add_argument("--model", dest="models", action="append", type=_model_pair, default=[],
@@ -30,8 +29,6 @@ def add_sidecar_parser(sidecar_subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-tokens", type=int, default=None, help="cap on answer tokens")
     parser.add_argument("--max-message-bytes", type=int, default=10_000_000,
                         help="largest accepted frame payload (default 10000000)")
-    add_llm_flags(parser)
-    parser.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from dataclasses import dataclass
 
 from .codec import DEFAULT_MAX_MESSAGE_BYTES, FrameDecoder, decode_payload, encode_frame
 from .errors import BrokerError, FrameError, FrameTruncated, WireValidationError
-from .messages import ChatCompletion, Prompt, WireRequest, WireResponse
+from .messages import ChatCompletion, Prompt, WireRequest, WireResponse, safe_error_message
 
 __all__ = [
     "BatchItem",
@@ -38,18 +37,6 @@ class BatchItem:
     def text(self) -> str:
         """The response text, or the legacy ``"Error: <msg>"`` string."""
         return self.completion.response if self.completion else f"Error: {self.error}"
-
-
-def _client_error(exc: BaseException) -> str:
-    if isinstance(exc, json.JSONDecodeError):
-        return "Invalid JSON payload"
-    if isinstance(exc, BrokerError | ValueError | TypeError):
-        return str(exc)
-    if isinstance(exc, TimeoutError):
-        return "Request timed out"
-    if isinstance(exc, ConnectionError | OSError):
-        return "Connection error"
-    return "Internal broker error"
 
 
 async def _exchange(address: Address, frame: bytes, max_bytes: int) -> bytes:
@@ -87,7 +74,7 @@ async def send_request(address: Address, request: WireRequest, *,
     except (FrameError, WireValidationError) as exc:
         raise BrokerError(f"Invalid broker response: {exc}") from exc
     except Exception as exc:
-        raise BrokerError(_client_error(exc)) from exc
+        raise BrokerError(safe_error_message(exc)) from exc
     if response.error is not None:
         raise BrokerError(response.error)
     return response

@@ -12,6 +12,7 @@ import json
 import struct
 from typing import Any
 
+from ..wire_json import compact_json
 from .errors import FrameError, FrameTooLarge, FrameTruncated
 
 __all__ = [
@@ -19,7 +20,6 @@ __all__ = [
     "PREFIX",
     "FrameDecoder",
     "decode_payload",
-    "dumps",
     "encode_frame",
 ]
 
@@ -28,22 +28,11 @@ DEFAULT_MAX_MESSAGE_BYTES = 10_000_000
 PREFIX = struct.Struct(">I")
 
 
-def dumps(obj: Any) -> bytes:
-    """Compact UTF-8 JSON: no spaces, non-ASCII kept raw (the original's encoder settings).
-
-    Text holding lone surrogates (legal in JSON escapes, not in UTF-8) is written escaped.
-    """
-    try:
-        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    except UnicodeEncodeError:
-        return json.dumps(obj, separators=(",", ":")).encode("ascii")
-
-
 def encode_frame(obj: dict[str, Any], *, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> bytes:
     """One frame for a JSON object; ``FrameTooLarge`` if the payload exceeds ``max_bytes``."""
     if not isinstance(obj, dict):
         raise FrameError("Frame JSON must be an object")
-    payload = dumps(obj)
+    payload = compact_json(obj)  # the original's encoder settings
     if len(payload) > max_bytes:
         raise FrameTooLarge(len(payload), max_bytes)
     return PREFIX.pack(len(payload)) + payload

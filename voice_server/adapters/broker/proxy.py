@@ -11,36 +11,29 @@ the in-process ``BrokerService`` and are recorded per ``correlation_id``; the ad
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any
 
 from aiohttp import web
 
-from ...serving import Site
+from ..kit import HTTPPort
 from .messages import WireRequest, is_prompt, safe_error_message
 from .service import BrokerService
 
 __all__ = ["BrokerProxy"]
-
-log = logging.getLogger(__name__)
 
 
 def _error(message: str, status: int = 200) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
-class BrokerProxy:
+class BrokerProxy(HTTPPort):
     """``async with BrokerProxy(service, host="127.0.0.1", port=0) as proxy: proxy.url``."""
 
-    def __init__(self, service: BrokerService, *, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.service = service
-        self.host = host
-        self.port = port
-        self._site: Site | None = None
+    name = "broker HTTP proxy"
 
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+    def __init__(self, service: BrokerService, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        super().__init__(host=host, port=port)
+        self.service = service
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.service.options.max_message_bytes)
@@ -50,23 +43,6 @@ class BrokerProxy:
         app.router.add_route("*", "/{tail:.*}", self._not_found)
         return app
 
-    async def start(self) -> None:
-        self._site = await Site(self.app(), self.host, self.port).start()
-        self.port = self._site.port
-        log.info("broker HTTP proxy listening on %s", self.url)
-
-    async def close(self) -> None:
-        site, self._site = self._site, None
-        if site is not None:
-            await site.aclose()
-
-    async def __aenter__(self) -> BrokerProxy:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
     async def _not_found(self, request: web.Request) -> web.Response:
         return _error("Not found", 404)
 
@@ -74,7 +50,9 @@ class BrokerProxy:
         calls = self.service.log.get(request.match_info["correlation_id"])
         return web.json_response({"calls": [c.to_dict() for c in calls]})
 
-    async def _body(self, request: web.Request) -> dict[str, Any] | web.Response:
+    async def _query(self, request: web.Request, key: str
+                     ) -> tuple[Any, str | None, str | None] | web.Response:
+        """``(body[key], model, correlation_id)`` of a query, or the answer refusing it."""
         length = request.headers.get("Content-Length")
         if length is None:
             return _error("Missing Content-Length", 400)
@@ -95,28 +73,22 @@ class BrokerProxy:
             return _error(safe_error_message(exc), 400)
         if not isinstance(body, dict):
             return _error("Request body must be a JSON object", 400)
-        return body
-
-    @staticmethod
-    def _common(body: dict[str, Any]) -> tuple[str | None, str | None] | web.Response:
+        value = body.get(key)
+        if not (is_prompt(value) if key == "prompt" else
+                isinstance(value, list) and all(is_prompt(p) for p in value)):
+            return _error(f"Invalid {key}")
         model, cid = body.get("model"), body.get("correlation_id")
         if model is not None and not isinstance(model, str):
             return _error("Invalid model")
         if cid is not None and not isinstance(cid, str):
             return _error("Invalid correlation_id")
-        return model, cid
+        return value, model, cid
 
     async def _single(self, request: web.Request) -> web.Response:
-        body = await self._body(request)
-        if isinstance(body, web.Response):
-            return body
-        prompt = body.get("prompt")
-        if prompt is None or not is_prompt(prompt):
-            return _error("Invalid prompt")
-        common = self._common(body)
-        if isinstance(common, web.Response):
-            return common
-        model, cid = common
+        query = await self._query(request, "prompt")
+        if isinstance(query, web.Response):
+            return query
+        prompt, model, cid = query
         response = await self.service.handle(WireRequest(prompt=prompt, model=model,
                                                          correlation_id=cid))
         if response.error is not None:
@@ -127,18 +99,12 @@ class BrokerProxy:
         return web.json_response({"response": (result.chat_completion or {})["response"]})
 
     async def _batched(self, request: web.Request) -> web.Response:
-        body = await self._body(request)
-        if isinstance(body, web.Response):
-            return body
-        prompts = body.get("prompts")
-        if not isinstance(prompts, list) or not all(is_prompt(p) for p in prompts):
-            return _error("Invalid prompts")
-        common = self._common(body)
-        if isinstance(common, web.Response):
-            return common
+        query = await self._query(request, "prompts")
+        if isinstance(query, web.Response):
+            return query
+        prompts, model, cid = query
         if not prompts:
             return web.json_response({"responses": []})
-        model, cid = common
         response = await self.service.handle(WireRequest(prompts=prompts, model=model,
                                                          correlation_id=cid))
         if response.error is not None:

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 
-from ..kit import ConnectionTasks, close_stream, stop_servers
+from ..kit import StreamServer
 from .codec import FrameDecoder, encode_frame
 from .errors import FrameTooLarge, FrameTruncated
 from .messages import WireRequest, WireResponse, safe_error_message, try_parse_request
@@ -28,48 +28,14 @@ log = logging.getLogger(__name__)
 _READ_SIZE = 65536
 
 
-class BrokerServer:
+class BrokerServer(StreamServer):
     """``async with BrokerServer(service, host="127.0.0.1", port=0) as server: server.port``."""
 
+    name = "broker"
+
     def __init__(self, service: BrokerService, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        super().__init__(host=host, port=port)
         self.service = service
-        self.host = host
-        self.port = port
-        self._server: asyncio.Server | None = None
-        self._connections = ConnectionTasks("broker")
-
-    @property
-    def connections(self) -> int:
-        return len(self._connections)
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, self.host, self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
-        log.info("broker listening on %s:%d", self.host, self.port)
-
-    async def close(self) -> None:
-        """Stop listening and cancel every connection; safe to call twice."""
-        server, self._server = self._server, None
-        await stop_servers([server] if server is not None else [], self._connections)
-
-    async def __aenter__(self) -> BrokerServer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await self._connections.serve(self._connection(reader, writer), writer)
-
-    async def _connection(self, reader: asyncio.StreamReader,
-                          writer: asyncio.StreamWriter) -> None:
-        try:
-            await self._serve(reader, writer)
-        except (ConnectionError, TimeoutError) as exc:
-            log.debug("broker connection ended: %s", safe_error_message(exc))
-        finally:
-            await close_stream(writer)
 
     async def _send(self, writer: asyncio.StreamWriter, response: WireResponse) -> None:
         try:
@@ -81,7 +47,8 @@ class BrokerServer:
         writer.write(frame)
         await writer.drain()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def serve_peer(self, reader: asyncio.StreamReader,
+                         writer: asyncio.StreamWriter) -> None:
         options = self.service.options
         decoder = FrameDecoder(max_bytes=options.max_message_bytes)
         while True:

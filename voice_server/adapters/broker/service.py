@@ -17,9 +17,10 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from ...llm import ChatRequest, LLMRouter
+from ..kit import StrictModel
 from .errors import BrokerError
 from .messages import (
     ChatCompletion,
@@ -38,10 +39,8 @@ class UnknownModel(BrokerError):
     """The request names a model the broker is not configured to serve."""
 
 
-class BrokerOptions(BaseModel):
+class BrokerOptions(StrictModel):
     """Adapter options (not server-wide settings): model names, limits, sampling."""
-
-    model_config = ConfigDict(extra="forbid")
 
     models: dict[str, str] = Field(default_factory=dict,
                                    description="public model name -> LLM layer model spec")
@@ -71,9 +70,6 @@ class CompletionLog:
 
     def get(self, correlation_id: str) -> list[ChatCompletion]:
         return list(self._calls.get(correlation_id, ()))
-
-    def pop(self, correlation_id: str) -> list[ChatCompletion]:
-        return self._calls.pop(correlation_id, [])
 
 
 def prompt_messages(prompt: Prompt) -> list[dict[str, Any]]:

@@ -10,9 +10,10 @@ import contextlib
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from ...llm import LLMRouter
+from ..kit import StrictModel
 from .proxy import BrokerProxy
 from .server import BrokerServer
 from .service import BrokerOptions, BrokerService
@@ -20,10 +21,8 @@ from .service import BrokerOptions, BrokerService
 __all__ = ["BrokerSidecarConfig", "run_sidecar"]
 
 
-class BrokerSidecarConfig(BaseModel):
+class BrokerSidecarConfig(StrictModel):
     """Where the broker listens, and its adapter options."""
-
-    model_config = ConfigDict(extra="forbid")
 
     host: str = "127.0.0.1"
     port: int = Field(0, ge=0, le=65535, description="TCP port (0: a free one)")

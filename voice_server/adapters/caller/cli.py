@@ -9,14 +9,12 @@ provider follows the server's ``VOICE_SERVER_*`` settings (or ``--config``).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from voice_server.config import ConfigError, config_file_from_env, env_value, load_settings
 
-from ..kit import configure_logging, stop_event
+from ..kit import os_error_text, run_async, stop_event
 from .config import (
     CallerConfigError,
     CallerOptions,
@@ -66,17 +64,9 @@ def add_sidecar_parser(sidecars: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    configure_logging("INFO")
-    try:
-        return asyncio.run(_main(args))
-    except (CallerConfigError, ConfigError) as exc:
-        print(f"voice-server sidecar caller: {getattr(exc, 'message', exc)}", file=sys.stderr)
-        return 2
-    except OSError as exc:  # e.g. the port is taken
-        print(f"voice-server sidecar caller: {exc.strerror or exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 0
+    return run_async(lambda: _main(args), prog="voice-server sidecar caller", failures=(
+        ((CallerConfigError, ConfigError), 2, lambda exc: getattr(exc, "message", exc)),
+        (OSError, 1, os_error_text)))
 
 
 async def _main(args: argparse.Namespace) -> int:
@@ -114,6 +104,6 @@ async def _main(args: argparse.Namespace) -> int:
             async with CallerHTTPServer(service, server, host=options.host,
                                         port=options.port) as http:
                 log.info("LLM caller on %s (REST /mcp/..., MCP /mcp)", http.url)
-                await http.serve_until(stop)
+                await stop.wait()
             log.info("LLM caller stopped")
     return 0

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from voice_server.config import env_value
 
+from ..kit import StrictModel
 from .errors import CallerError
 
 __all__ = [
@@ -45,26 +46,29 @@ class CallerConfigError(CallerError):
         super().__init__(500, "CONFIG", message)
 
 
-class _ClientModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _ClientModel(StrictModel):
     toolId: str = Field(min_length=1)  # noqa: N815 - the original's file format
     token: str = Field(min_length=1)
     allowedMethods: list[Literal["chat", "chatStream", "embed", "getHealth", "models"]] = Field(  # noqa: N815
         min_length=1)
 
 
-class _RegistryModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+class _FileModel(StrictModel):
+    """What the original's config files have besides their content."""
+
+    model_config = ConfigDict(populate_by_name=True)
     schema_: str | None = Field(None, alias="$schema")
     description: str | None = None
+
+
+class _RegistryModel(_FileModel):
     clients: list[_ClientModel]
 
 
-class ProviderEntry(BaseModel):
+class ProviderEntry(StrictModel):
     """One provider of the catalog: the original's fields plus ``kind``, ``apiKeyEnv`` and
     ``modelPath``."""
 
-    model_config = ConfigDict(extra="forbid")
     kind: Literal["openai", "local"] = "openai"
     baseUrl: str | None = Field(None, min_length=1)  # noqa: N815
     defaultModel: str | None = Field(None, min_length=1)  # noqa: N815
@@ -84,10 +88,7 @@ class ProviderEntry(BaseModel):
         return self
 
 
-class _ProvidersModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    schema_: str | None = Field(None, alias="$schema")
-    description: str | None = None
+class _ProvidersModel(_FileModel):
     providers: dict[str, ProviderEntry] = Field(min_length=1)
 
 
@@ -187,13 +188,11 @@ class CallerOptions:
 
     @classmethod
     def from_env(cls, **overrides: Any) -> CallerOptions:
-        opts = cls(
-            host=env_value("LLM_CALLER_HOST") or "127.0.0.1",
-            port=_env_int("LLM_CALLER_PORT", 4037),
-            rate_limit_max=_env_int("LLM_CALLER_RATE_LIMIT_MAX", 0),
-            rate_limit_interval_ms=_env_int("LLM_CALLER_RATE_LIMIT_INTERVAL_MS", 60_000),
-            retry_attempts=_env_int("LLM_CALLER_RETRY_ATTEMPTS", 2),
-        )
+        """``LLM_CALLER_HOST``, ``LLM_CALLER_PORT`` and so on over the defaults."""
+        opts = cls()
+        opts.host = env_value("LLM_CALLER_HOST") or opts.host
+        for key in ("port", "rate_limit_max", "rate_limit_interval_ms", "retry_attempts"):
+            setattr(opts, key, _env_int(f"LLM_CALLER_{key.upper()}", getattr(opts, key)))
         for key, value in overrides.items():
             if value is not None:
                 setattr(opts, key, value)

@@ -8,13 +8,13 @@ for a known client calling a method it is not allowed.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
 from voice_server.llm.errors import LLMError
 
 __all__ = [
-    "CLASS_STATUS",
     "MAX_RETRY_AFTER_MS",
     "CallerError",
     "ProviderError",
@@ -29,14 +29,13 @@ __all__ = [
 
 MAX_RETRY_AFTER_MS = 60_000
 
-# spec table "Classification -> HTTP status"
-CLASS_STATUS = {"RATE_LIMIT": 429, "TEMPORARY": 503, "PERMANENT": 422, "AUTH": 502, "CONFIG": 500}
-_SANITIZED = {
-    "RATE_LIMIT": "Provider rate limited the request.",
-    "AUTH": "Provider authentication failed.",
-    "TEMPORARY": "Provider encountered a temporary error.",
-    "PERMANENT": "Provider rejected the request.",
-    "CONFIG": "Provider configuration error.",
+# spec table "Classification -> HTTP status", and the one sentence a client sees for each
+_CLASSES = {
+    "RATE_LIMIT": (429, "Provider rate limited the request."),
+    "AUTH": (502, "Provider authentication failed."),
+    "TEMPORARY": (503, "Provider encountered a temporary error."),
+    "PERMANENT": (422, "Provider rejected the request."),
+    "CONFIG": (500, "Provider configuration error."),
 }
 RETRYABLE = frozenset({"TEMPORARY", "RATE_LIMIT"})
 # the LLM layer's error kinds; an error of no kind here is classified by its HTTP status
@@ -86,8 +85,8 @@ class ProviderError(CallerError):
 
     def __init__(self, classification: str, *, retry_after_ms: float | None = None,
                  detail: str | None = None) -> None:
-        super().__init__(CLASS_STATUS[classification], classification,
-                         _SANITIZED[classification], retry_after_ms=retry_after_ms)
+        status, message = _CLASSES[classification]
+        super().__init__(status, classification, message, retry_after_ms=retry_after_ms)
         self.classification = classification
         self.detail = detail  # for logs only; never sent to clients
 
@@ -114,17 +113,8 @@ def _class_of_status(status: int | None) -> str:
     return "TEMPORARY"
 
 
-def bad_request(message: str) -> CallerError:
-    return CallerError(400, "BAD_REQUEST", message)
-
-
-def unauthorized(message: str = "Missing client token") -> CallerError:
-    return CallerError(401, "UNAUTHORIZED", message)
-
-
-def forbidden(message: str) -> CallerError:
-    return CallerError(403, "FORBIDDEN", message)
-
-
-def internal(message: str = "Internal Error") -> CallerError:
-    return CallerError(500, "INTERNAL_ERROR", message)
+# the transport's own errors: ``bad_request(message)`` and so on
+bad_request = functools.partial(CallerError, 400, "BAD_REQUEST")
+unauthorized = functools.partial(CallerError, 401, "UNAUTHORIZED")
+forbidden = functools.partial(CallerError, 403, "FORBIDDEN")
+internal = functools.partial(CallerError, 500, "INTERNAL_ERROR")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import json
 import logging
@@ -29,18 +30,11 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
-from ...serving import Site, peer_address
-from ..strict_json import loads_strict
+from ...serving import peer_address
+from ..kit import HTTPPort
+from ..wire_json import loads_strict
 from .asgi import call_asgi
-from .errors import (
-    CallerError,
-    ProviderError,
-    bad_request,
-    forbidden,
-    internal,
-    retry_after_header,
-    unauthorized,
-)
+from .errors import CallerError, bad_request, forbidden, internal, retry_after_header, unauthorized
 from .mcp_tools import request_token
 from .schemas import SCHEMA_NAMES, load_schema
 from .service import CallerService
@@ -137,73 +131,48 @@ class _Routes:
         except ValueError as exc:
             raise bad_request("Request body is not valid JSON") from exc
 
-    async def _call(self, request: web.Request, method: str, what: str) -> web.Response:
+    async def call(self, request: web.Request, method: str) -> web.StreamResponse:
+        """``chat``, ``embed`` or ``chatStream``: the body's ``requestId`` is the trace id of the
+        answer, also of an error; an unexpected failure is a logged INTERNAL_ERROR."""
         trace_id = None
         try:
             client = self.service.authorize(request_token(request.headers), method)
             body = await self._json(request)
             if isinstance(body, dict) and isinstance(body.get("requestId"), str):
                 trace_id = body["requestId"]
-            payload = await (self.service.chat if method == "chat" else
-                             self.service.embed)(body, client)
+            if method == "chatStream":
+                result = self.service.open_stream(body, client)
+            else:
+                result = await getattr(self.service, method)(body, client)
         except CallerError as exc:
             return _error_response(exc, trace_id)
         except Exception:
             log.exception("%s failed", method)
+            what = "Embed" if method == "embed" else "Chat"
             return _error_response(internal(f"{what} dispatch failed"), trace_id)
-        headers = {"x-trace-id": _header_value(payload["traceId"])}
-        if payload.get("retryAfterMs"):
-            headers["Retry-After"] = retry_after_header(payload["retryAfterMs"])
-        return _json_response(payload, headers=headers)
+        if method == "chatStream":
+            return await _stream(request, result, trace_id or _trace())
+        headers = {"x-trace-id": _header_value(result["traceId"])}
+        if result.get("retryAfterMs"):
+            headers["Retry-After"] = retry_after_header(result["retryAfterMs"])
+        return _json_response(result, headers=headers)
 
-    async def chat(self, request: web.Request) -> web.Response:
-        return await self._call(request, "chat", "Chat")
-
-    async def embed(self, request: web.Request) -> web.Response:
-        return await self._call(request, "embed", "Embed")
-
-    async def chat_stream(self, request: web.Request) -> web.StreamResponse:
-        trace_id = None
+    async def _report(self, request: web.Request, method: str,
+                      report: Callable[[], Awaitable[dict[str, Any]]]) -> web.Response:
+        trace_id = _trace()
         try:
-            client = self.service.authorize(request_token(request.headers), "chatStream")
-            body = await self._json(request)
-            if isinstance(body, dict) and isinstance(body.get("requestId"), str):
-                trace_id = body["requestId"]
-            events = self.service.open_stream(body, client)
+            self.service.authorize(request_token(request.headers), method)
+            payload = await report()
         except CallerError as exc:
             return _error_response(exc, trace_id)
-        except Exception:
-            log.exception("chatStream failed")
-            return _error_response(internal("Chat dispatch failed"), trace_id)
-        answer = web.StreamResponse(headers={
-            "Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
-            "Connection": "keep-alive", "x-trace-id": _header_value(trace_id or _trace())})
-        frames = _sse(events)
-        async with contextlib.aclosing(frames):
-            await answer.prepare(request)
-            with contextlib.suppress(ConnectionError):  # the client went away mid-stream
-                async for frame in frames:
-                    await answer.write(frame)
-                await answer.write_eof()
-        return answer
+        return _json_response(payload, headers={"x-trace-id": trace_id})
 
     async def models(self, request: web.Request) -> web.Response:
-        trace_id = _trace()
-        try:
-            self.service.authorize(request_token(request.headers), "models")
-            payload = await self.service.list_models(request.query.get("provider"))
-        except CallerError as exc:
-            return _error_response(exc, trace_id)
-        return _json_response(payload, headers={"x-trace-id": trace_id})
+        provider = request.query.get("provider")
+        return await self._report(request, "models", lambda: self.service.list_models(provider))
 
     async def health(self, request: web.Request) -> web.Response:
-        trace_id = _trace()
-        try:
-            self.service.authorize(request_token(request.headers), "getHealth")
-            payload = await self.service.health()
-        except CallerError as exc:
-            return _error_response(exc, trace_id)
-        return _json_response(payload, headers={"x-trace-id": trace_id})
+        return await self._report(request, "getHealth", self.service.health)
 
     async def schema(self, request: web.Request) -> web.Response:
         name = request.match_info["name"].removesuffix(".schema.json")
@@ -216,10 +185,25 @@ class _Routes:
         permissions are checked by the tools themselves."""
         token = request_token(request.headers)
         if not token:
-            return _error_response(unauthorized())
+            return _error_response(unauthorized("Missing client token"))
         if self.service.registry.lookup(token) is None:
             return _error_response(forbidden("Unknown client token"))
         return await call_asgi(self._mcp, request)
+
+
+async def _stream(request: web.Request, events: AsyncIterator[dict[str, Any]],
+                  trace_id: str) -> web.StreamResponse:
+    answer = web.StreamResponse(headers={
+        "Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
+        "Connection": "keep-alive", "x-trace-id": _header_value(trace_id)})
+    frames = _sse(events)
+    async with contextlib.aclosing(frames):
+        await answer.prepare(request)
+        with contextlib.suppress(ConnectionError):  # the client went away mid-stream
+            async for frame in frames:
+                await answer.write(frame)
+            await answer.write_eof()
+    return answer
 
 
 async def _sse(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
@@ -228,9 +212,7 @@ async def _sse(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
         try:
             async for event in events:
                 yield encode_event(event)
-        except ProviderError as exc:
-            yield encode_event(exc.body())  # origin: no traceId inside the stream error
-        except CallerError as exc:
+        except CallerError as exc:  # origin: no traceId inside the stream error
             yield encode_event(exc.body())
         except Exception:
             log.exception("chatStream failed mid-stream")
@@ -277,9 +259,8 @@ def build_app(service: CallerService, mcp_server: Server[Any], *,
     limit = max_body or service.options.max_body_bytes
     routes = _Routes(service, limit, manager)
     app = web.Application(middlewares=[_loopback_only], client_max_size=limit)
-    app.router.add_post("/mcp/chat", routes.chat)
-    app.router.add_post("/mcp/chatStream", routes.chat_stream)
-    app.router.add_post("/mcp/embed", routes.embed)
+    for method in ("chat", "chatStream", "embed"):
+        app.router.add_post(f"/mcp/{method}", functools.partial(routes.call, method=method))
     app.router.add_get("/mcp/models", routes.models)
     app.router.add_get("/mcp/schemas/v1/{name}", routes.schema)
     app.router.add_get("/health", routes.health)
@@ -288,29 +269,19 @@ def build_app(service: CallerService, mcp_server: Server[Any], *,
     return app
 
 
-class CallerHTTPServer:
+class CallerHTTPServer(HTTPPort):
     """``async with CallerHTTPServer(service, mcp_server, host=..., port=0) as srv: srv.port``"""
+
+    name = "LLM caller"
+    shutdown_timeout_s = 2.0
+    # a client that drops a stream cancels its handler, which closes the provider's stream
+    cancel_on_disconnect = True
 
     def __init__(self, service: CallerService, mcp_server: Server[Any], *,
                  host: str = "127.0.0.1", port: int = 4037) -> None:
-        self.host = host
-        self.port = port
-        # a client that drops a stream cancels its handler, which closes the provider's stream
-        self._site = Site(build_app(service, mcp_server), host, port, shutdown_timeout_s=2.0,
-                          cancel_on_disconnect=True)
+        super().__init__(host=host, port=port)
+        self.service = service
+        self.mcp_server = mcp_server
 
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    async def __aenter__(self) -> CallerHTTPServer:
-        await self._site.start()
-        self.port = self._site.port
-        return self
-
-    async def serve_until(self, stop: asyncio.Event) -> None:
-        """Serve until ``stop`` is set."""
-        await stop.wait()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._site.aclose()
+    def app(self) -> web.Application:
+        return build_app(self.service, self.mcp_server)

@@ -16,13 +16,14 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from voice_server.llm import ChatRequest, LLMError, LLMProvider, LLMRouter, LLMUnavailable
 
+from ..kit import AsyncService
 from .config import CAPABILITIES, CallerOptions, ClientEntry, ClientRegistry, ProviderEntry
 from .errors import CallerError, ProviderError, classify, forbidden, internal, unauthorized
 from .routing import FixedWindowLimiter, Selection, UnknownProvider, select_provider
@@ -49,7 +50,7 @@ class ProviderRuntime:
     problem: str | None = None  # why ``chat`` is missing (configuration), for health details
 
 
-class CallerService:
+class CallerService(AsyncService):
     """``async with CallerService(runtimes, registry=..., options=...) as service: ...``"""
 
     def __init__(self, runtimes: dict[str, ProviderRuntime], *, registry: ClientRegistry,
@@ -69,19 +70,10 @@ class CallerService:
         self.router = LLMRouter(chat_providers, default=next(iter(chat_providers))) \
             if chat_providers else None
 
-    async def __aenter__(self) -> CallerService:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
     async def aclose(self) -> None:
-        seen: set[int] = set()
-        for rt in self.runtimes.values():
-            for provider in (rt.chat, rt.embedder):
-                if provider is not None and id(provider) not in seen:
-                    seen.add(id(provider))
-                    await provider.aclose()
+        runtimes = self.runtimes.values()
+        for provider in _distinct(p for rt in runtimes for p in (rt.chat, rt.embedder)):
+            await provider.aclose()
 
     # -- access control (401: missing token; 403: unknown token or method) ---------
 
@@ -231,9 +223,8 @@ class CallerService:
         if rt is None:
             raise internal("Model discovery failed")
         ids: list[str] = []
-        sources = {id(p): p for p in (rt.chat, rt.embedder) if p is not None}
         try:
-            for source in sources.values():  # one discovery call per distinct provider
+            for source in _distinct((rt.chat, rt.embedder)):  # one discovery call per provider
                 ids.extend(m for m in await source.list_models() if m not in ids)
         except LLMError as exc:
             raise internal("Model discovery failed") from exc
@@ -306,6 +297,11 @@ class CallerService:
         if not models:
             return "degraded", "Provider reported zero models", {}
         return "ok", None, {}
+
+
+def _distinct(providers: Iterable[LLMProvider | None]) -> list[LLMProvider]:
+    """The providers, each once (a provider may serve both chat and embeddings)."""
+    return list({id(p): p for p in providers if p is not None}.values())
 
 
 def _usage(input_tokens: int, output_tokens: int) -> dict[str, int]:

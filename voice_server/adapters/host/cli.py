@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 
-from ..kit import add_llm_flags, run_async, serve_sidecar, settings_from_args
+from ..kit import add_sidecar_command, run_async, serve_sidecar, settings_from_args
 
 __all__ = ["add_sidecar_parser", "register"]
 
 
 def add_sidecar_parser(sidecar_subparsers: argparse._SubParsersAction) -> None:
-    parser = sidecar_subparsers.add_parser(
-        "host", help="NDJSON chat host over TCP and/or a Unix socket",
+    parser = add_sidecar_command(
+        sidecar_subparsers, "host", _serve, help="NDJSON chat host over TCP and/or a Unix socket",
         description="Serve the NDJSON host protocol (server_info / chat_start / chat_chunk / "
                     "chat_end / abort) over the LLM layer.")
-    parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=0, help="TCP port (0: pick a free one)")
     parser.add_argument("--no-tcp", action="store_true", help="serve the Unix socket only")
     parser.add_argument("--unix", metavar="PATH", help="also serve on this Unix socket")
     parser.add_argument("--host-name", help="name sent in server_info (default: hostname)")
@@ -28,8 +25,6 @@ def add_sidecar_parser(sidecar_subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-tokens", type=int, default=None)
     _add_swarm_flags(parser, "also announce the host on Hyperswarm under this key "
                      "(a base58 Server ID, or any text hashed to a topic)")
-    add_llm_flags(parser)
-    parser.set_defaults(func=_serve)
 
 
 def _add_swarm_flags(parser: argparse.ArgumentParser, key_help: str) -> None:
@@ -116,6 +111,4 @@ def _chat(args: argparse.Namespace) -> int:
                 sys.stdout.flush()
         return 0
 
-    with contextlib.suppress(KeyboardInterrupt):
-        return run_async(main, "WARNING")
-    return 130
+    return run_async(main, "WARNING")

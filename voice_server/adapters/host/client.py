@@ -17,9 +17,11 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from ..kit import AsyncService
 from . import messages as m
 from .codec import MAX_LINE_BYTES, LineDecoder, encode
 from .errors import HostError, LineTooLong
+from .swarm import stop_process
 
 __all__ = ["HostClient"]
 
@@ -44,7 +46,7 @@ async def _bridge_error(process: asyncio.subprocess.Process) -> HostError | None
     return None
 
 
-class HostClient:
+class HostClient(AsyncService):
     """``async with await HostClient.connect(port=P) as client: text = await client.ask("hi")``."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
@@ -193,16 +195,5 @@ class HostClient:
         self._reading.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._reading
-        if self._process is not None and self._process.returncode is None:
-            self._process.terminate()
-            try:
-                await asyncio.wait_for(self._process.wait(), 5.0)
-            except TimeoutError:
-                self._process.kill()
-                await self._process.wait()
-
-    async def __aenter__(self) -> HostClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+        if self._process is not None:
+            await stop_process(self._process)

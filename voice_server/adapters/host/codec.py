@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..wire_json import compact_json
 from .errors import LineTooLong
 
 __all__ = ["MAX_LINE_BYTES", "LineDecoder", "encode"]
@@ -21,15 +22,8 @@ MAX_LINE_BYTES = 64 * 1024
 
 
 def encode(message: dict[str, Any]) -> bytes:
-    """``JSON.stringify(obj) + "\\n"``: compact, non-ASCII kept raw, one line.
-
-    Text holding lone surrogates (legal in JSON escapes, not in UTF-8) is written escaped.
-    """
-    try:
-        text = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    except UnicodeEncodeError:
-        text = json.dumps(message, separators=(",", ":")).encode("ascii")
-    return text + b"\n"
+    """``JSON.stringify(obj) + "\\n"``: compact, non-ASCII kept raw, one line."""
+    return compact_json(message) + b"\n"
 
 
 class LineDecoder:

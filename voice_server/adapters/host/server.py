@@ -15,13 +15,12 @@ import contextlib
 import logging
 import os
 import socket
-import stat
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from ...llm import ChatRequest, LLMError, LLMRouter
-from ..kit import ConnectionTasks, close_stream, stop_servers
+from ..kit import StreamServer, StrictModel
 from . import messages as m
 from .codec import MAX_LINE_BYTES, LineDecoder, encode
 from .errors import LineTooLong, ProtocolViolation
@@ -31,10 +30,8 @@ __all__ = ["HostOptions", "HostServer", "map_generation_error"]
 log = logging.getLogger(__name__)
 
 
-class HostOptions(BaseModel):
+class HostOptions(StrictModel):
     """Adapter options: identity, limits (spec defaults) and sampling."""
-
-    model_config = ConfigDict(extra="forbid")
 
     host_name: str = Field(default_factory=socket.gethostname)
     model: str | None = Field(None, description="LLM-layer model spec (None: the default)")
@@ -103,16 +100,11 @@ class _Connection:
                                           "busy" if self.host.busy else "ready"))
             decoder = LineDecoder(max_line_bytes=self.options.max_line_bytes)
             while data := await self.reader.read(65536):
-                try:
-                    values = decoder.feed(data)
-                except LineTooLong as exc:
-                    await self.send(m.error(exc.code, exc.message))
-                    return
-                for value in values:
+                for value in decoder.feed(data):
                     await self.dispatch(value)
-        except ConnectionError as exc:
-            log.debug("host connection ended: %s", exc)
-        finally:
+        except LineTooLong as exc:  # the stream cannot be resynchronised: answer and close
+            await self.send(m.error(exc.code, exc.message))
+        finally:  # a ConnectionError is logged by StreamServer.serve_stream
             self._closed = True
             await self.cancel_active()
 
@@ -198,35 +190,26 @@ class _Connection:
                 self.active = None
 
 
-class HostServer:
+class HostServer(StreamServer):
     """``async with HostServer(router, options, port=0, unix_path=None) as host: host.port``.
 
     ``port=None`` disables TCP; ``unix_path`` adds a Unix socket. ``serve_stream`` serves any
     other byte stream (a bridge, a pipe).
     """
 
+    name = "host"
+
     def __init__(self, router: LLMRouter, options: HostOptions | None = None, *,
                  host: str = "127.0.0.1", port: int | None = 0,
                  unix_path: str | os.PathLike[str] | None = None) -> None:
+        super().__init__(host=host, port=port, unix_path=unix_path)
         self.router = router
         self.options = options or HostOptions()
-        self.host = host
-        self.port = port
-        self.unix_path = os.fspath(unix_path) if unix_path is not None else None
         self.model_name = router.resolve(self.options.model)[1]
         self.generations: set[asyncio.Task[None]] = set()
-        self._servers: list[asyncio.Server] = []
-        self._connections = ConnectionTasks("host")
         self._active = 0
 
-    @property
-    def clients(self) -> int:
-        return len(self._connections)
-
-    @property
-    def connection_tasks(self) -> frozenset[asyncio.Task[None]]:
-        """The running connection tasks (await them to see a peer fully handled)."""
-        return self._connections.tasks
+    clients = StreamServer.connections
 
     @property
     def busy(self) -> bool:
@@ -242,53 +225,15 @@ class HostServer:
     def release(self) -> None:
         self._active -= 1
 
-    async def start(self) -> None:
-        if self.port is not None:
-            server = await asyncio.start_server(self._accept, self.host, self.port)
-            self._servers.append(server)
-            self.port = server.sockets[0].getsockname()[1]
-            log.info("host listening on %s:%d", self.host, self.port)
-        if self.unix_path is not None:
-            with contextlib.suppress(FileNotFoundError):
-                if stat.S_ISSOCK(os.stat(self.unix_path).st_mode):
-                    os.unlink(self.unix_path)  # a stale socket from an earlier run
-            self._servers.append(await asyncio.start_unix_server(self._accept, self.unix_path))
-            log.info("host listening on unix:%s", self.unix_path)
+    async def admit(self, writer: asyncio.StreamWriter) -> bool:
+        if self.clients < self.options.max_clients:
+            return True
+        writer.write(encode(m.error(m.ErrorCode.CONNECT_FAILED, "Max clients reached")))
+        with contextlib.suppress(ConnectionError, TimeoutError):
+            async with asyncio.timeout(self.options.write_timeout_s):
+                await writer.drain()
+        return False
 
-    async def close(self) -> None:
-        """Stop listening, cancel every connection and generation; safe to call twice."""
-        servers, self._servers = self._servers, []
-        await stop_servers(servers, self._connections)
-        if servers and self.unix_path is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(self.unix_path)
-
-    async def __aenter__(self) -> HostServer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        # serve_stream counts the peer itself, once it is admitted
-        await self._connections.serve(self.serve_stream(reader, writer), writer, count=False)
-
-    async def serve_stream(self, reader: asyncio.StreamReader,
-                           writer: asyncio.StreamWriter) -> None:
-        """Serve one peer on any byte stream until it closes; the writer is closed after."""
-        task = asyncio.current_task()
-        try:
-            if self.clients >= self.options.max_clients:
-                writer.write(encode(m.error(m.ErrorCode.CONNECT_FAILED, "Max clients reached")))
-                with contextlib.suppress(ConnectionError, TimeoutError):
-                    async with asyncio.timeout(self.options.write_timeout_s):
-                        await writer.drain()
-                return
-            if task is not None:
-                self._connections.add(task)
-            await _Connection(self, reader, writer).run()
-        finally:
-            if task is not None:
-                self._connections.discard(task)
-            await close_stream(writer)
+    async def serve_peer(self, reader: asyncio.StreamReader,
+                         writer: asyncio.StreamWriter) -> None:
+        await _Connection(self, reader, writer).run()

@@ -10,18 +10,17 @@ import contextlib
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from ...llm import LLMRouter
+from ..kit import StrictModel
 from .server import HostOptions, HostServer
 
 __all__ = ["HostSidecarConfig", "run_sidecar"]
 
 
-class HostSidecarConfig(BaseModel):
+class HostSidecarConfig(StrictModel):
     """Where the host listens, its Hyperswarm announcement, and its adapter options."""
-
-    model_config = ConfigDict(extra="forbid")
 
     host: str = "127.0.0.1"
     port: int | None = Field(0, ge=0, le=65535, description="TCP port (0: a free one; "

@@ -15,9 +15,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from ..kit import AsyncService
 from .errors import HostError
 
-__all__ = ["BRIDGE_DIR", "SwarmAnnouncer", "bridge_available", "connect_command"]
+__all__ = ["BRIDGE_DIR", "SwarmAnnouncer", "bridge_available", "connect_command",
+           "stop_process"]
 
 BRIDGE_DIR = Path(__file__).resolve().parent / "hyperswarm"
 _INSTALL_HINT = f"install it with: npm ci --prefix {BRIDGE_DIR}"
@@ -54,7 +56,7 @@ def connect_command(key: str, *, bootstrap: str | None = None, direct: bool = Fa
                  f"{timeout_s:g}")
 
 
-class SwarmAnnouncer:
+class SwarmAnnouncer(AsyncService):
     """``async with SwarmAnnouncer(key, tcp=("127.0.0.1", port)) as a: a.server_id``.
 
     ``bootstrap`` is a ``host:port,...`` list of DHT nodes (a local testnet in tests); without
@@ -84,27 +86,27 @@ class SwarmAnnouncer:
         except (TimeoutError, ValueError):
             ready = {}
         if not ready.get("ready"):
-            await self.close()
+            await self.aclose()
             raise HostError("the Hyperswarm bridge did not start", code="CONNECT_FAILED")
         self.server_id = ready["server_id"]
 
-    async def close(self) -> None:
+    async def aclose(self) -> None:
         process, self._process = self._process, None
         if process is None or process.returncode is not None:
             return
-        process.terminate()
-        try:
-            await asyncio.wait_for(process.wait(), 5.0)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
+        await stop_process(process)
         with contextlib.suppress(Exception):
             assert process.stderr is not None
             await asyncio.wait_for(process.stderr.read(), 1.0)
 
-    async def __aenter__(self) -> SwarmAnnouncer:
-        await self.start()
-        return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+async def stop_process(process: asyncio.subprocess.Process, timeout_s: float = 5.0) -> None:
+    """Terminate a bridge process; kill it if it has not exited within ``timeout_s``."""
+    if process.returncode is not None:
+        return
+    process.terminate()
+    try:
+        await asyncio.wait_for(process.wait(), timeout_s)
+    except TimeoutError:
+        process.kill()
+        await process.wait()

@@ -8,14 +8,13 @@ output, a one-line error and a non-zero exit). Every command takes ``--db DSN_OR
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from ...config import config_file_from_env, env_value
-from ..kit import configure_logging, stop_event
+from ..kit import add_sidecar_command, os_error_text, run_async, stop_event
 from .codec import parse_run_request
 from .errors import PromptError, ToolNotFound
 from .factory import PROVIDERS
@@ -81,7 +80,14 @@ def register(subparsers: Any) -> None:
 
     tools = sub.add_parser("tools", help="manage tool configurations")
     tsub = tools.add_subparsers(dest="tools_command", required=True)
-    add = tsub.add_parser("add", help="add or replace a tool")
+
+    def tools_command(name: str, func: Any, help: str) -> argparse.ArgumentParser:
+        parser = tsub.add_parser(name, help=help)
+        _add_store_flags(parser)
+        parser.set_defaults(func=func)
+        return parser
+
+    add = tools_command("add", _cmd_tools_add, "add or replace a tool")
     add.add_argument("name")
     add.add_argument("--provider", required=True, choices=PROVIDERS)
     add.add_argument("--model")
@@ -93,56 +99,44 @@ def register(subparsers: Any) -> None:
     add.add_argument("--system-prompt")
     add.add_argument("--setting", action="append", default=[], metavar="KEY=VALUE",
                      help="extra setting (VALUE parsed as JSON when it can be); repeatable")
-    _add_store_flags(add)
-    add.set_defaults(func=_cmd_tools_add)
-    lst = tsub.add_parser("list", help="list tools")
-    lst.add_argument("--json", action="store_true")
-    _add_store_flags(lst)
-    lst.set_defaults(func=_cmd_tools_list)
-    rm = tsub.add_parser("remove", help="remove a tool")
-    rm.add_argument("name")
-    _add_store_flags(rm)
-    rm.set_defaults(func=_cmd_tools_remove)
+    tools_command("list", _cmd_tools_list, "list tools").add_argument("--json", action="store_true")
+    tools_command("remove", _cmd_tools_remove, "remove a tool").add_argument("name")
 
 
 def add_sidecar_parser(sidecar_subparsers: Any) -> None:
     """Add ``voice-server sidecar prompt``: Connect JSON + gRPC-JSON servers."""
     from .server import DEFAULT_GRPC_PORT, DEFAULT_PORT
 
-    parser = sidecar_subparsers.add_parser(
-        "prompt", help="prompt service: Connect JSON and gRPC-JSON prompt.v1.PromptService/Run")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="Connect/HTTP port")
+    parser = add_sidecar_command(
+        sidecar_subparsers, "prompt", _cmd_sidecar, port=DEFAULT_PORT,
+        port_help="Connect/HTTP port", llm_flags=False,
+        help="prompt service: Connect JSON and gRPC-JSON prompt.v1.PromptService/Run")
     parser.add_argument("--grpc-port", type=int, default=DEFAULT_GRPC_PORT,
                         help="gRPC-JSON port (-1: no gRPC)")
     parser.add_argument("--log-level", default="INFO")
     _add_service_flags(parser)
-    parser.set_defaults(func=_cmd_sidecar)
 
 
 # --- commands ---------------------------------------------------------------------------------
 
-def _main(coro: Any) -> int:
-    try:
-        return asyncio.run(coro)
-    except _CLIError as exc:
-        print(f"voice-server prompt: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except PromptError as exc:
-        print(f"voice-server prompt: {exc.code}: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    except OSError as exc:  # e.g. the port is taken
-        print(f"voice-server prompt: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_ERROR
-    except KeyboardInterrupt:
-        return 130
+def _command(command: Callable[[argparse.Namespace], Awaitable[int]]
+             ) -> Callable[[argparse.Namespace], int]:
+    """An async command as the ``func`` argparse calls: a user's error is one stderr line and
+    an exit code; logging is set up when the command has ``--log-level``."""
+    failures = ((_CLIError, EXIT_ERROR, str),
+                (PromptError, EXIT_ERROR, lambda exc: f"{exc.code}: {exc}"),
+                (OSError, EXIT_ERROR, os_error_text))
+    return lambda args: run_async(lambda: command(args), getattr(args, "log_level", None),
+                                  prog="voice-server prompt", interrupted=130, failures=failures)
 
 
-def _settings(args: argparse.Namespace) -> Any:
+def _open_service(args: argparse.Namespace) -> Any:
     from ...config import load_settings
+    from .service import open_service
 
     config = args.config or config_file_from_env()
-    return load_settings(config) if config else None
+    return open_service(db=args.db, data_dir=args.data_dir, secrets_file=args.secrets_file,
+                        settings=load_settings(config) if config else None)
 
 
 def _read_json_file(path: str, what: str) -> Any:
@@ -189,30 +183,24 @@ def _print_response(response: dict[str, Any], as_json: bool) -> None:
             print(f"tool_call {call['name']} {json.dumps(call['arguments'], sort_keys=True)}")
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    from .service import open_service
-
-    async def go() -> int:
-        body = _build_request(args)
-        try:
-            request = parse_run_request(body)
-        except PromptError as exc:
-            raise _CLIError(f"invalid request: {exc}", EXIT_USAGE) from exc
-        if args.remote:
-            response = await _run_remote(args.remote, body)
-            _print_response(response, args.json)
-            return 0
-        async with open_service(db=args.db, data_dir=args.data_dir,
-                                secrets_file=args.secrets_file,
-                                settings=_settings(args)) as service:
-            try:
-                response = await service.run(request)
-            except ToolNotFound:
-                raise _CLIError(f'tool "{request.tool_name}" not found') from None
+@_command
+async def _cmd_run(args: argparse.Namespace) -> int:
+    body = _build_request(args)
+    try:
+        request = parse_run_request(body)
+    except PromptError as exc:
+        raise _CLIError(f"invalid request: {exc}", EXIT_USAGE) from exc
+    if args.remote:
+        response = await _run_remote(args.remote, body)
         _print_response(response, args.json)
         return 0
-
-    return _main(go())
+    async with _open_service(args) as service:
+        try:
+            response = await service.run(request)
+        except ToolNotFound:
+            raise _CLIError(f'tool "{request.tool_name}" not found') from None
+    _print_response(response, args.json)
+    return 0
 
 
 async def _run_remote(base_url: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -250,78 +238,64 @@ def _parse_setting(item: str) -> tuple[str, Any]:
         return key.strip(), raw
 
 
-def _cmd_tools_add(args: argparse.Namespace) -> int:
-    async def go() -> int:
-        settings = dict(_parse_setting(item) for item in args.setting)
-        if args.system_prompt:
-            settings["system_prompt"] = args.system_prompt
-        try:
-            config = ToolConfig(name=args.name, provider=args.provider, model=args.model,
-                                base_url=args.base_url, api_key_secret=args.api_key_secret,
-                                temperature=args.temperature,
-                                max_output_tokens=args.max_output_tokens, settings=settings)
-        except ValueError as exc:
-            first = exc.errors()[0] if hasattr(exc, "errors") else {"loc": (), "msg": str(exc)}
-            where = ".".join(str(p) for p in first["loc"])
-            raise _CLIError(f"invalid tool {where}: {first['msg']}", EXIT_USAGE) from None
-        if config.provider != "local" and not config.model:
-            raise _CLIError(f"--model is required for provider {config.provider}", EXIT_USAGE)
-        async with open_store(args.db, data_dir=args.data_dir) as store:
-            await store.put(config)
-        print(f"tool {config.name} saved")
+@_command
+async def _cmd_tools_add(args: argparse.Namespace) -> int:
+    settings = dict(_parse_setting(item) for item in args.setting)
+    if args.system_prompt:
+        settings["system_prompt"] = args.system_prompt
+    try:
+        config = ToolConfig(name=args.name, provider=args.provider, model=args.model,
+                            base_url=args.base_url, api_key_secret=args.api_key_secret,
+                            temperature=args.temperature,
+                            max_output_tokens=args.max_output_tokens, settings=settings)
+    except ValueError as exc:
+        first = exc.errors()[0] if hasattr(exc, "errors") else {"loc": (), "msg": str(exc)}
+        where = ".".join(str(p) for p in first["loc"])
+        raise _CLIError(f"invalid tool {where}: {first['msg']}", EXIT_USAGE) from None
+    if config.provider != "local" and not config.model:
+        raise _CLIError(f"--model is required for provider {config.provider}", EXIT_USAGE)
+    async with open_store(args.db, data_dir=args.data_dir) as store:
+        await store.put(config)
+    print(f"tool {config.name} saved")
+    return 0
+
+
+@_command
+async def _cmd_tools_list(args: argparse.Namespace) -> int:
+    async with open_store(args.db, data_dir=args.data_dir) as store:
+        tools = await store.list()
+    if args.json:
+        print(json.dumps([t.model_dump() for t in tools], indent=2, ensure_ascii=False))
         return 0
-
-    return _main(go())
-
-
-def _cmd_tools_list(args: argparse.Namespace) -> int:
-    async def go() -> int:
-        async with open_store(args.db, data_dir=args.data_dir) as store:
-            tools = await store.list()
-        if args.json:
-            print(json.dumps([t.model_dump() for t in tools], indent=2, ensure_ascii=False))
-            return 0
-        rows = [("NAME", "PROVIDER", "MODEL", "BASE URL", "SECRET")] + [
-            (t.name, t.provider, t.model or "-", t.base_url or "-", t.api_key_secret or "-")
-            for t in tools]
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        for row in rows:
-            print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-        return 0
-
-    return _main(go())
+    rows = [("NAME", "PROVIDER", "MODEL", "BASE URL", "SECRET")] + [
+        (t.name, t.provider, t.model or "-", t.base_url or "-", t.api_key_secret or "-")
+        for t in tools]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    return 0
 
 
-def _cmd_tools_remove(args: argparse.Namespace) -> int:
-    async def go() -> int:
-        async with open_store(args.db, data_dir=args.data_dir) as store:
-            if not await store.remove(args.name):
-                raise _CLIError(f'tool "{args.name}" not found')
-        print(f"tool {args.name} removed")
-        return 0
-
-    return _main(go())
+@_command
+async def _cmd_tools_remove(args: argparse.Namespace) -> int:
+    async with open_store(args.db, data_dir=args.data_dir) as store:
+        if not await store.remove(args.name):
+            raise _CLIError(f'tool "{args.name}" not found')
+    print(f"tool {args.name} removed")
+    return 0
 
 
-def _cmd_sidecar(args: argparse.Namespace) -> int:
+@_command
+async def _cmd_sidecar(args: argparse.Namespace) -> int:
     from .server import PromptSidecar
-    from .service import open_service
 
-    configure_logging(args.log_level)
-
-    async def go() -> int:
-        stop = stop_event()
-        async with open_service(db=args.db, data_dir=args.data_dir,
-                                secrets_file=args.secrets_file,
-                                settings=_settings(args)) as service, \
-                PromptSidecar(service, host=args.host, port=args.port,
-                              grpc_port=None if args.grpc_port < 0 else args.grpc_port
-                              ) as sidecar:
-            grpc_part = f", gRPC-JSON on {args.host}:{sidecar.grpc_port}" \
-                if sidecar.grpc_port is not None else ""
-            print(f"prompt sidecar ready: Connect on http://{args.host}:{sidecar.port}"
-                  f"{grpc_part}", flush=True)
-            await stop.wait()
-        return 0
-
-    return _main(go())
+    stop = stop_event()
+    async with _open_service(args) as service, \
+            PromptSidecar(service, host=args.host, port=args.port,
+                          grpc_port=None if args.grpc_port < 0 else args.grpc_port) as sidecar:
+        grpc_part = f", gRPC-JSON on {args.host}:{sidecar.grpc_port}" \
+            if sidecar.grpc_port is not None else ""
+        print(f"prompt sidecar ready: Connect on http://{args.host}:{sidecar.port}"
+              f"{grpc_part}", flush=True)
+        await stop.wait()
+    return 0

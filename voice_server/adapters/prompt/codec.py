@@ -20,7 +20,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..strict_json import loads_strict
+from ..wire_json import loads_strict
 from .errors import InvalidArgument, PromptError
 
 __all__ = [

@@ -22,7 +22,8 @@ __all__ = [
     "from_llm_error",
 ]
 
-# Connect code -> HTTP status (connectrpc protocol, "Error Codes").
+# Connect code -> HTTP status (connectrpc protocol, "Error Codes"), in the order of the codes'
+# gRPC status numbers (grpc doc/statuscodes.md: canceled = 1 ... unauthenticated = 16).
 CONNECT_HTTP_STATUS: dict[str, int] = {
     "canceled": 499, "unknown": 500, "invalid_argument": 400, "deadline_exceeded": 504,
     "not_found": 404, "already_exists": 409, "permission_denied": 403,
@@ -30,14 +31,7 @@ CONNECT_HTTP_STATUS: dict[str, int] = {
     "unimplemented": 501, "internal": 500, "unavailable": 503, "data_loss": 500,
     "unauthenticated": 401,
 }
-
-# Connect code -> gRPC status number (grpc doc/statuscodes.md).
-GRPC_STATUS: dict[str, int] = {
-    "canceled": 1, "unknown": 2, "invalid_argument": 3, "deadline_exceeded": 4, "not_found": 5,
-    "already_exists": 6, "permission_denied": 7, "resource_exhausted": 8,
-    "failed_precondition": 9, "aborted": 10, "out_of_range": 11, "unimplemented": 12,
-    "internal": 13, "unavailable": 14, "data_loss": 15, "unauthenticated": 16,
-}
+GRPC_STATUS: dict[str, int] = {code: n for n, code in enumerate(CONNECT_HTTP_STATUS, start=1)}
 
 
 class PromptError(Exception):
@@ -76,7 +70,6 @@ class ToolNotFound(PromptError):
     """No tool configuration has that name (spec: ``tool_not_found``)."""
 
     code = "not_found"
-    openai_code = "tool_not_found"
 
     def __init__(self, message: str = "tool not found") -> None:
         super().__init__(message)

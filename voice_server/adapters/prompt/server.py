@@ -14,7 +14,7 @@ import logging
 import grpc
 from aiohttp import web
 
-from ...serving import Site
+from ..kit import HTTPPort
 from .codec import (
     MAX_MESSAGE_BYTES,
     connect_error,
@@ -45,50 +45,39 @@ def _connect_timeout(value: str | None) -> float | None:
     return int(value) / 1000.0
 
 
-class PromptSidecar:
+class PromptSidecar(HTTPPort):
     """``async with PromptSidecar(service, port=0, grpc_port=0) as sidecar:`` serves both
     protocols on ``host``; ``sidecar.port`` and ``sidecar.grpc_port`` are the bound ports.
     ``grpc_port=None`` leaves gRPC off."""
 
+    name = "prompt sidecar"
+
     def __init__(self, service: PromptService, *, host: str = "127.0.0.1",
                  port: int = DEFAULT_PORT, grpc_port: int | None = DEFAULT_GRPC_PORT) -> None:
+        super().__init__(host=host, port=port)
         self.service = service
-        self.host = host
-        self.port = port
         self.grpc_port = grpc_port
-        self._site: Site | None = None
         self._grpc: grpc.aio.Server | None = None
 
-    async def __aenter__(self) -> PromptSidecar:
-        try:
-            await self._start_http()
-            if self.grpc_port is not None:
-                await self._start_grpc()
-        except BaseException:
-            await self.aclose()
-            raise
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+    async def start(self) -> None:
+        await super().start()
+        if self.grpc_port is not None:
+            await self._start_grpc()
 
     async def aclose(self) -> None:
         """Stop both servers (idempotent)."""
         server, self._grpc = self._grpc, None
         if server is not None:
             await server.stop(grace=1.0)
-        site, self._site = self._site, None
-        if site is not None:
-            await site.aclose()
+        await super().aclose()
 
     # HTTP: /health and Connect --------------------------------------------------------------
-    async def _start_http(self) -> None:
+    def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_MESSAGE_BYTES)
         app.router.add_get("/health", self._health, allow_head=False)
         app.router.add_route("*", RUN_PATH, self._connect_run)
         app.router.add_route("*", "/{tail:.*}", self._not_found)
-        self._site = await Site(app, self.host, self.port).start()
-        self.port = self._site.port
+        return app
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(body=b'{"status":"ok"}', content_type="application/json")

@@ -8,16 +8,20 @@ logged and surface as ``StoreError`` with a generic message.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import logging
 import re
 import time
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from ...config import data_dir_from_env
+from ..kit import AsyncService, StrictModel
 from .errors import StoreError, ToolNotFound
 
 __all__ = [
@@ -31,6 +35,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 SQLITE_FILE_NAME = "prompt-tools.sqlite3"
 
@@ -62,10 +68,8 @@ _UPSERT = (
 )
 
 
-class ToolConfig(BaseModel):
+class ToolConfig(StrictModel):
     """One tool: which LLM serves it and with which defaults."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=200)
     provider: str = Field(min_length=1, max_length=40)
@@ -104,23 +108,55 @@ def _row_to_config(row: Any) -> ToolConfig:
     return ToolConfig.model_construct(**values)
 
 
-class ToolStore:
-    """The interface (and the shared SQL) of every back end: ``async with store: ...``."""
+class ToolStore(AsyncService):
+    """The interface (and the shared SQL) of every back end: ``async with store: ...``.
+
+    A back end connects in ``_connect`` (its connection or pool in ``_handle``) and runs the
+    ``MIGRATIONS`` in ``_migrate``."""
 
     _errors: tuple[type[BaseException], ...] = ()
+    _handle: Any = None  # the open connection (SQLite) or pool (PostgreSQL)
 
-    async def __aenter__(self) -> ToolStore:
+    async def start(self) -> None:
         await self.open()
-        return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    # back-end primitives ---------------------------------------------------------------------
     async def open(self) -> None:
-        raise NotImplementedError
+        try:
+            await self._connect()
+            await self._migrate()
+        except self._errors as exc:
+            await self.aclose()
+            raise self._fail("open", exc) from exc
 
     async def aclose(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            await handle.close()
+
+    def _conn(self) -> Any:
+        if self._handle is None:
+            raise StoreError("the tool store is not open")
+        return self._handle
+
+    async def _migrate(self) -> None:
+        """Run the ``MIGRATIONS`` not recorded yet, in a transaction no other migrator runs
+        beside (``_migrating`` yields its ``execute(sql, *args)`` and ``fetch(sql)``)."""
+        async with self._migrating() as (execute, fetch):
+            await execute("CREATE TABLE IF NOT EXISTS prompt_schema_migrations "
+                          "(version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)")
+            done = {row[0] for row in await fetch("SELECT version FROM prompt_schema_migrations")}
+            for version, statements in MIGRATIONS:
+                if version not in done:
+                    for statement in statements:
+                        await execute(statement)
+                    await execute("INSERT INTO prompt_schema_migrations VALUES (?, ?)",
+                                  version, int(time.time()))
+
+    # back-end primitives ---------------------------------------------------------------------
+    async def _connect(self) -> None:
+        raise NotImplementedError
+
+    def _migrating(self) -> contextlib.AbstractAsyncContextManager[tuple[Any, Any]]:
         raise NotImplementedError
 
     async def _fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
@@ -134,21 +170,22 @@ class ToolStore:
         log.warning("tool store: %s failed: %s: %s", what, type(exc).__name__, exc)
         return StoreError("the tool store is unavailable")
 
+    async def _guarded(self, what: str, call: Awaitable[_T]) -> _T:
+        """``await call``; a driver's error is logged and becomes the generic ``StoreError``."""
+        try:
+            return await call
+        except self._errors as exc:
+            raise self._fail(what, exc) from exc
+
     async def get(self, name: str) -> ToolConfig:
         """The tool called ``name``; ``ToolNotFound`` when there is none."""
-        try:
-            rows = await self._fetch(_SELECT + " WHERE name = ?", (name,))
-        except self._errors as exc:
-            raise self._fail("get", exc) from exc
+        rows = await self._guarded("get", self._fetch(_SELECT + " WHERE name = ?", (name,)))
         if not rows:
             raise ToolNotFound()
         return _row_to_config(rows[0])
 
     async def list(self) -> list[ToolConfig]:
-        try:
-            rows = await self._fetch(_SELECT + " ORDER BY name")
-        except self._errors as exc:
-            raise self._fail("list", exc) from exc
+        rows = await self._guarded("list", self._fetch(_SELECT + " ORDER BY name"))
         return [_row_to_config(row) for row in rows]
 
     async def put(self, config: ToolConfig) -> ToolConfig:
@@ -158,18 +195,13 @@ class ToolStore:
                                            "updated_at": now})
         args = tuple(getattr(stored, c) for c in _COLUMNS)
         args = tuple(json.dumps(a, sort_keys=True) if isinstance(a, dict) else a for a in args)
-        try:
-            await self._execute(_UPSERT, args)
-        except self._errors as exc:
-            raise self._fail("put", exc) from exc
+        await self._guarded("put", self._execute(_UPSERT, args))
         return await self.get(stored.name)
 
     async def remove(self, name: str) -> bool:
         """Delete the tool; ``False`` when it did not exist."""
-        try:
-            return await self._execute("DELETE FROM prompt_tools WHERE name = ?", (name,)) > 0
-        except self._errors as exc:
-            raise self._fail("remove", exc) from exc
+        sql = "DELETE FROM prompt_tools WHERE name = ?"
+        return await self._guarded("remove", self._execute(sql, (name,))) > 0
 
 
 class SQLiteToolStore(ToolStore):
@@ -180,51 +212,25 @@ class SQLiteToolStore(ToolStore):
 
         self.path = Path(path)
         self._errors = (sqlite3.Error, OSError, ValueError)
-        self._db: Any = None
 
-    async def open(self) -> None:
+    async def _connect(self) -> None:
         import aiosqlite
 
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = await aiosqlite.connect(self.path)
-            await self._db.execute("PRAGMA busy_timeout = 5000")
-            await self._db.execute("PRAGMA journal_mode = WAL")
-            await self._migrate()
-        except self._errors as exc:
-            await self.aclose()
-            raise self._fail("open", exc) from exc
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._handle = await aiosqlite.connect(self.path)
+        await self._handle.execute("PRAGMA busy_timeout = 5000")
+        await self._handle.execute("PRAGMA journal_mode = WAL")
 
-    async def _migrate(self) -> None:
-        db = self._db
-        await db.execute("CREATE TABLE IF NOT EXISTS prompt_schema_migrations "
-                         "(version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)")
-        await db.commit()
+    @contextlib.asynccontextmanager
+    async def _migrating(self) -> AsyncIterator[tuple[Any, Any]]:
+        db = self._handle
         await db.execute("BEGIN IMMEDIATE")
         try:
-            async with db.execute("SELECT version FROM prompt_schema_migrations") as cur:
-                done = {row[0] for row in await cur.fetchall()}
-            for version, statements in MIGRATIONS:
-                if version in done:
-                    continue
-                for statement in statements:
-                    await db.execute(statement)
-                await db.execute("INSERT INTO prompt_schema_migrations VALUES (?, ?)",
-                                 (version, int(time.time())))
+            yield (lambda sql, *args: db.execute(sql, args)), db.execute_fetchall
             await db.commit()
         except BaseException:
             await db.rollback()
             raise
-
-    async def aclose(self) -> None:
-        db, self._db = self._db, None
-        if db is not None:
-            await db.close()
-
-    def _conn(self) -> Any:
-        if self._db is None:
-            raise StoreError("the tool store is not open")
-        return self._db
 
     async def _fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         async with self._conn().execute(sql, args) as cur:
@@ -238,14 +244,8 @@ class SQLiteToolStore(ToolStore):
 
 
 def _dollar_params(sql: str) -> str:
-    count = 0
-
-    def repl(_: re.Match[str]) -> str:
-        nonlocal count
-        count += 1
-        return f"${count}"
-
-    return re.sub(r"\?", repl, sql)
+    numbers = itertools.count(1)
+    return re.sub(r"\?", lambda _: f"${next(numbers)}", sql)
 
 
 class PostgresToolStore(ToolStore):
@@ -258,46 +258,22 @@ class PostgresToolStore(ToolStore):
         self.dsn = dsn
         self._errors = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError,
                         ValueError)
-        self._pool: Any = None
         self._sizes = (min_size, max_size)
         self._timeout_s = timeout_s
 
-    async def open(self) -> None:
+    async def _connect(self) -> None:
         import asyncpg
 
-        try:
-            self._pool = await asyncpg.create_pool(
-                self.dsn, min_size=self._sizes[0], max_size=self._sizes[1],
-                timeout=self._timeout_s, command_timeout=self._timeout_s)
-            await self._migrate()
-        except self._errors as exc:
-            await self.aclose()
-            raise self._fail("open", exc) from exc
+        self._handle = await asyncpg.create_pool(
+            self.dsn, min_size=self._sizes[0], max_size=self._sizes[1],
+            timeout=self._timeout_s, command_timeout=self._timeout_s)
 
-    async def _migrate(self) -> None:
-        async with self._pool.acquire() as conn, conn.transaction():
+    @contextlib.asynccontextmanager
+    async def _migrating(self) -> AsyncIterator[tuple[Any, Any]]:
+        async with self._handle.acquire() as conn, conn.transaction():
             # one migrator at a time across processes
             await conn.execute("SELECT pg_advisory_xact_lock(8117460)")
-            await conn.execute("CREATE TABLE IF NOT EXISTS prompt_schema_migrations "
-                               "(version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)")
-            done = {r[0] for r in await conn.fetch("SELECT version FROM prompt_schema_migrations")}
-            for version, statements in MIGRATIONS:
-                if version in done:
-                    continue
-                for statement in statements:
-                    await conn.execute(statement)
-                await conn.execute("INSERT INTO prompt_schema_migrations VALUES ($1, $2)",
-                                   version, int(time.time()))
-
-    async def aclose(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            await pool.close()
-
-    def _conn(self) -> Any:
-        if self._pool is None:
-            raise StoreError("the tool store is not open")
-        return self._pool
+            yield (lambda sql, *args: conn.execute(_dollar_params(sql), *args)), conn.fetch
 
     async def _fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         return list(await self._conn().fetch(_dollar_params(sql), *args))

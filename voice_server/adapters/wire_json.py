@@ -1,10 +1,15 @@
-"""Strict JSON decoding for the adapters' HTTP bodies: what RFC 8259 and I-JSON (RFC 7493)
-call JSON, and nothing Python's ``json`` module accepts beyond it.
+"""The adapters' wire JSON: compact encoding, and strict decoding of HTTP bodies.
 
-Refused (``ValueError``): ``NaN`` / ``Infinity`` (Python extensions, RFC 8259 section 6),
-numbers that overflow a double (``1e999``; protojson refuses them too), strings holding a lone
-surrogate (``"\\ud800"``: JSON escapes can spell one, UTF-8 cannot carry it to a store or a
-provider; I-JSON 2.1), and nesting deep enough to exhaust the recursion limit.
+``compact_json`` writes what ``JSON.stringify`` and the original broker write: no spaces,
+non-ASCII kept raw; text holding lone surrogates (legal in JSON escapes, not in UTF-8) is
+written escaped.
+
+``loads_strict`` accepts what RFC 8259 and I-JSON (RFC 7493) call JSON, and nothing Python's
+``json`` module accepts beyond it. Refused (``ValueError``): ``NaN`` / ``Infinity`` (Python
+extensions, RFC 8259 section 6), numbers that overflow a double (``1e999``; protojson refuses
+them too), strings holding a lone surrogate (``"\\ud800"``: JSON escapes can spell one, UTF-8
+cannot carry it to a store or a provider; I-JSON 2.1), and nesting deep enough to exhaust the
+recursion limit.
 """
 
 from __future__ import annotations
@@ -14,9 +19,17 @@ import math
 import re
 from typing import Any
 
-__all__ = ["loads_strict"]
+__all__ = ["compact_json", "loads_strict"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def compact_json(value: Any) -> bytes:
+    """Compact UTF-8 JSON (see the module doc)."""
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value, separators=(",", ":")).encode("ascii")
 
 
 def _not_json(name: str) -> Any:

@@ -110,3 +110,13 @@ async def test_raw_incomplete_message_rejected(sidecar, fake):
     resp = await h2_call(sidecar.grpc_port, RUN, body, extra_headers=[("grpc-timeout", "100m")])
     assert resp.status["grpc-status"] == "4"
     assert fake.requests == []
+
+
+def test_every_connect_code_has_its_grpc_status():
+    """Each code the service can raise aborts a gRPC call with the status of the same number
+    ("canceled" is grpcio's CANCELLED)."""
+    from voice_server.adapters.prompt.errors import GRPC_STATUS, PromptError
+    from voice_server.adapters.prompt.server import _grpc_code
+
+    for code, number in GRPC_STATUS.items():
+        assert _grpc_code(PromptError("x", code=code)).value[0] == number

@@ -149,4 +149,5 @@ class PromptSidecar(HTTPPort):
 
 
 def _grpc_code(error: PromptError) -> grpc.StatusCode:
-    return grpc.StatusCode[error.code.upper()]
+    # grpcio spells "canceled" (the status code document's word) CANCELLED
+    return grpc.StatusCode[error.code.upper().replace("CANCELED", "CANCELLED")]

@@ -57,12 +57,14 @@ i want/i need/i think/i wonder/i mean/i guess/i was/we want/we need/i wanted/i'd
 _TRAILING_OPEN = ("...", "…", ",", "-", "—", ":", ";")
 # A question whose question word is the object of its last word ends on that word ("Which planet
 # do we live on?", "How many legs does a spider have?", "What is it made of?"): a question word
-# first, then a subject or do-support before the end; "What is the capital of" has neither.
+# first, then a subject or do-support before the end; "What is the capital of" has neither. So
+# does a question asked inside a request ("Do you know where the station is?").
 _QUESTION_WORDS = frozenset("what which who whom whose where when why how".split())
 _STRANDABLE = frozenset("""
 of to for with in on at from about into onto by like
 have do be is are was were am
 """.split())
+_ASKING = frozenset("me us know wonder ask remember explain say guess sure idea".split())
 _SUBJECT_OR_DO = frozenset("""
 i you we they he she it this that these those there
 do does did can could will would should shall may might must
@@ -87,8 +89,13 @@ def unfinished(text: str) -> bool:
 
 
 def _asks_for_its_last_word(words: list[str]) -> bool:
-    return (words[0] in _QUESTION_WORDS and words[-1] in _STRANDABLE
-            and any(w in _SUBJECT_OR_DO for w in words[1:-1]))
+    if words[-1] not in _STRANDABLE:
+        return False
+    if words[0] in _QUESTION_WORDS and any(w in _SUBJECT_OR_DO for w in words[1:-1]):
+        return True
+    # a question inside a request ends on its verb: "Can you tell me how far away the moon is?"
+    return any(words[i] in _QUESTION_WORDS and words[i - 1] in _ASKING
+               for i in range(1, len(words) - 2))
 
 
 @dataclass(frozen=True)

@@ -177,6 +177,13 @@ class Settings(BaseSettings):
     stt_beam_size: int = Field(5, ge=1, le=10, description="Whisper beam size: 5 hears a few "
                                "more words right than 1 for ~70 ms more CPU per utterance "
                                "(bench/quality.py)")
+    stt_rescore_weight: float = Field(0.2, ge=0, le=5, description="weight of a small "
+                                      "language model's judgement when Whisper's readings "
+                                      "nearly tie ('leap here' or 'leap year'; "
+                                      "pipeline/readings.py); 0: off")
+    stt_rescore_model: str | None = Field(None, description="GGUF language model that "
+                                          "rescores readings (default: the bundled "
+                                          "SmolLM2-135M)")
     stt_language: str | None = Field("en", description="spoken language (None: detect)")
     stt_threads: int = Field(2, ge=1, description="CPU threads for STT")
     stt_window_s: float = Field(8.0, ge=0, le=30, description="encode an utterance in a window "

@@ -26,6 +26,7 @@ import numpy as np
 from ..compute import ComputePool
 from ..workers import ServiceSpec
 from .pooled import PooledModel, PooledWorker
+from .readings import ReadingScorer, pick
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -46,6 +47,7 @@ _NO_SPEECH = 0.8
 # Through Opus, as WebRTC sends it, "capital of" came out "capital done?" with "capital of?"
 # 0.08-0.12 behind.
 ALTERNATIVE_MARGIN = 0.2
+RESCORE_MARGIN = 0.2  # readings this close to the best compete for the text (readings.py)
 
 
 def cut_loop(tokens: list[int], *, hit_budget: bool) -> list[int]:
@@ -82,11 +84,24 @@ def default_whisper_dir() -> Path:
     return Path(str(folder))
 
 
+def default_rescore_model() -> Path:
+    """The bundled SmolLM2-135M GGUF (the ``tiny`` LLM profile) that rescores readings."""
+    from ..llm.errors import LLMError
+    from ..llm.profiles import tiny_model_path
+
+    try:
+        return tiny_model_path()
+    except LLMError as exc:
+        raise STTError(f"the model that rescores speech-to-text readings is missing: {exc} "
+                       "(or set stt_rescore_weight to 0)") from exc
+
+
 class WhisperService:
     """The Whisper model, loaded once in its worker process and checked with one short pass."""
 
     def __init__(self, *, model: str, compute_type: str = "int8", beam_size: int = 5,
-                 language: str | None = "en", threads: int = 2, window_s: float = 8.0) -> None:
+                 language: str | None = "en", threads: int = 2, window_s: float = 8.0,
+                 rescore_model: str | None = None, rescore_weight: float = 0.0) -> None:
         from faster_whisper import WhisperModel
 
         if Path(model).exists() or "/" in model:
@@ -98,6 +113,9 @@ class WhisperService:
         self._window_s = window_s
         self._model = WhisperModel(model, device="cpu", compute_type=compute_type,
                                    cpu_threads=threads, local_files_only=True)
+        self._rescore_weight = rescore_weight
+        self._scorer = (ReadingScorer(rescore_model, threads=threads)
+                        if rescore_model and rescore_weight > 0 else None)
         self.transcribe(np.zeros(8000, dtype=np.int16))  # self-test, and warm
 
     def info(self) -> dict[str, Any]:
@@ -105,6 +123,8 @@ class WhisperService:
 
     def close(self) -> None:
         self._model = None
+        if self._scorer is not None:
+            self._scorer.close()
 
     def transcribe(self, pcm: np.ndarray) -> str:
         return self.hear(pcm).text
@@ -144,13 +164,15 @@ class WhisperService:
             return_scores=True, return_no_speech_prob=True)[0]
         if result.no_speech_prob > _NO_SPEECH:
             return Hearing("")
-        texts = [tokenizer.decode(cut_loop(tokens, hit_budget=len(tokens) >= budget)).strip()
-                 for tokens in result.sequences_ids]
-        best = result.scores[0]
-        others = dict.fromkeys(text for text, score in zip(texts[1:], result.scores[1:],
-                                                           strict=True)
-                               if best - score <= ALTERNATIVE_MARGIN and text != texts[0])
-        return Hearing(texts[0], tuple(others))
+        readings = [(tokenizer.decode(cut_loop(tokens, hit_budget=len(tokens) >= budget))
+                     .strip(), score)
+                    for tokens, score in zip(result.sequences_ids, result.scores, strict=True)]
+        chosen = (pick(readings, self._scorer, weight=self._rescore_weight,
+                       margin=RESCORE_MARGIN) if self._scorer is not None else 0)
+        text, best = readings[chosen][0], readings[0][1]
+        others = dict.fromkeys(reading for reading, score in readings
+                               if best - score <= ALTERNATIVE_MARGIN and reading != text)
+        return Hearing(text, tuple(others))
 
 
 class WhisperSTT(PooledModel):
@@ -160,11 +182,16 @@ class WhisperSTT(PooledModel):
 
     def __init__(self, pool: ComputePool, *, model: str | None = None, compute_type: str = "int8",
                  beam_size: int = 5, language: str | None = "en", threads: int = 2,
-                 window_s: float = 8.0, on_restart: Callable[[str], None] | None = None) -> None:
+                 window_s: float = 8.0, rescore_model: str | None = None,
+                 rescore_weight: float = 0.0,
+                 on_restart: Callable[[str], None] | None = None) -> None:
         self.model_ref = model or str(default_whisper_dir())
+        if rescore_weight > 0 and rescore_model is None:
+            rescore_model = str(default_rescore_model())
         spec = ServiceSpec(f"{__name__}:WhisperService", {
             "model": self.model_ref, "compute_type": compute_type, "beam_size": beam_size,
-            "language": language, "threads": threads, "window_s": window_s})
+            "language": language, "threads": threads, "window_s": window_s,
+            "rescore_model": rescore_model, "rescore_weight": rescore_weight})
         super().__init__(PooledWorker("stt", spec, pool, error=STTError, what="speech to text",
                                       on_restart=on_restart), {"model": self.model_ref})
 
@@ -175,7 +202,8 @@ class WhisperSTT(PooledModel):
         return cls(pool, model=settings.stt_model, compute_type=settings.stt_compute_type,
                    beam_size=settings.stt_beam_size, language=settings.stt_language,
                    threads=settings.stt_threads, window_s=settings.stt_window_s,
-                   on_restart=on_restart)
+                   rescore_model=settings.stt_rescore_model,
+                   rescore_weight=settings.stt_rescore_weight, on_restart=on_restart)
 
     async def transcribe(self, pcm: np.ndarray, *, urgent: bool = True) -> str:
         """Transcribe 16 kHz mono int16 audio (``urgent``: someone waits for it, see

@@ -1,0 +1,54 @@
+"""Whisper's readings rescored by a small language model (pipeline/readings.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from voice_server.pipeline.readings import ReadingScorer, pick
+from voice_server.pipeline.stt import default_rescore_model
+
+# (reading, Whisper's length-normalized log-probability): the readings and the gaps between them
+# that Whisper tiny.en gave for our Piper voice asking these questions (bench/quality.py)
+LEAP = [("How many days are in a leap here?", -0.21), ("How many days are in a leap year?", -0.34),
+        ("how many days are in a leap here?", -0.43)]
+SHEEP = [("What do you call a baby sheet?", -0.18), ("What do you call a baby sheet? What do",
+                                                     -0.28),
+         ("What do you call a baby sheep?", -0.34)]
+PARIS = [("What is the capital of France?", -0.10), ("What is the capital of Francis?", -0.25)]
+
+
+def test_the_audio_decides_unless_the_readings_nearly_tie():
+    lm = {"a": -9.0, "b": -1.0}.__getitem__
+    assert pick([("a", -0.1), ("b", -0.2)], lm, weight=0.2, margin=0.2) == 1
+    assert pick([("a", -0.1), ("b", -0.5)], lm, weight=0.2, margin=0.2) == 0  # too far behind
+    assert pick([("a", -0.1), ("b", -0.2)], lm, weight=0.0, margin=0.2) == 0  # off
+    assert pick([("a", -0.1)], lm, weight=0.2, margin=0.2) == 0
+    assert pick([("a", -0.1), ("", -0.1)], lm, weight=0.2, margin=0.2) == 0  # no words
+
+
+def test_the_model_runs_only_when_different_words_compete():
+    asked: list[str] = []
+
+    def lm(text: str) -> float:
+        asked.append(text)
+        return 0.0
+
+    same = [("Why is the sky blue?", -0.1), ("why is the sky blue", -0.15),
+            ("Why is the sky blue.", -0.2)]
+    assert pick(same, lm, weight=0.2, margin=0.2) == 0 and asked == []
+    assert pick([*same, ("Why is this guy blue?", -0.35)], lm, weight=0.2, margin=0.2) == 0
+    assert asked == []  # the other words are too far behind
+    pick([*same[:2], ("Why is this guy blue?", -0.2)], lm, weight=0.2, margin=0.2)
+    assert asked == ["Why is the sky blue?", "Why is this guy blue?"]
+
+
+@pytest.mark.slow
+def test_the_bundled_model_prefers_the_sentence_people_say():
+    scorer = ReadingScorer(default_rescore_model())
+    try:
+        assert "leap year" in LEAP[pick(LEAP, scorer, weight=0.2, margin=0.2)][0]
+        assert SHEEP[pick(SHEEP, scorer, weight=0.2, margin=0.2)][0].endswith("baby sheep?")
+        assert pick(PARIS, scorer, weight=0.2, margin=0.2) == 0  # a clear best stays
+        assert scorer("What is the capital of France?") > scorer("What is the capital done?")
+    finally:
+        scorer.close()

@@ -71,8 +71,10 @@ class Settings(BaseSettings):
     ice_candidate_min_port: int = Field(1024, ge=0, le=65535, description="client ICE "
                                         "candidates on lower ports are dropped")
     rtc_jitter_prefetch_frames: int = Field(
-        2, ge=0, le=15, description="inbound audio frames (20 ms each) the WebRTC jitter buffer "
-        "holds before decoding (aiortc's own is 4): raise it on jittery networks")
+        1, ge=0, le=15, description="inbound audio frames (20 ms each) the WebRTC jitter buffer "
+        "holds before decoding (aiortc's own is 4): each one delays hearing the user, barge-in "
+        "included, by 20 ms; aiortc's buffer waits for a late packet whatever its depth, and "
+        "the audio feeds the VAD, not a speaker, so 1 loses nothing")
     allowed_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: list(DEFAULT_ORIGINS),
         description="comma-separated browser origins allowed to connect besides the page's "

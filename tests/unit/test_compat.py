@@ -25,9 +25,28 @@ async def test_audio_receivers_get_the_configured_prefetch() -> None:
                            for t in pc.getTransceivers()]
         assert [b._prefetch for b in buffers()] == [4]  # aiortc's own default
         assert set_audio_jitter_prefetch(pc, Settings().rtc_jitter_prefetch_frames)
-        assert [(b._prefetch, b.capacity) for b in buffers()] == [(2, 16)]
+        assert [(b._prefetch, b.capacity) for b in buffers()] == [(1, 16)]
     finally:
         await pc.close()
+
+
+def test_a_one_frame_buffer_still_puts_reordered_packets_back_in_order() -> None:
+    """Why one frame is enough for us (we feed the VAD, we do not play it out): aiortc's buffer
+    releases a frame only when the frames before it are all there, so a packet that arrives
+    after its successor is waited for, not dropped; the depth only adds delay (one frame out
+    per packet in: a frame held back by a late packet comes out one packet later)."""
+    from aiortc.jitterbuffer import JitterBuffer
+    from aiortc.rtp import RtpPacket
+
+    buffer = JitterBuffer(capacity=16, prefetch=1)
+    out = []
+    for seq in (100, 102, 101, 103, 105, 104, 106, 107):
+        packet = RtpPacket(payload_type=111, sequence_number=seq, timestamp=seq * 960)
+        packet._data = bytes([seq % 256])
+        _, frame = buffer.add(packet)
+        if frame is not None:
+            out.append(frame.timestamp // 960)
+    assert out == [100, 101, 102, 103, 104, 105]
 
 
 async def test_video_receivers_are_left_alone() -> None:

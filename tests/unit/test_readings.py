@@ -52,3 +52,53 @@ def test_the_bundled_model_prefers_the_sentence_people_say():
         assert scorer("What is the capital of France?") > scorer("What is the capital done?")
     finally:
         scorer.close()
+
+
+@pytest.mark.slow
+def test_scores_are_the_same_from_any_thread_and_after_any_text():
+    """The worker calls from several threads at once (a lock keeps llama.cpp to one), and a
+    text scored after another that shares its start reuses that start: same figures."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    scorer = ReadingScorer(default_rescore_model(), threads=2)
+    try:
+        texts = [text for text, _ in LEAP + SHEEP + PARIS]
+        alone = []
+        for text in texts:
+            scorer("Something else entirely.")
+            alone.append(scorer(text))
+        with ThreadPoolExecutor(4) as pool:
+            together = list(pool.map(scorer, texts * 4))
+        assert together == pytest.approx(alone * 4, abs=1e-3)
+    finally:
+        scorer.close()
+
+
+@pytest.mark.slow
+async def test_the_speech_to_text_worker_chooses_only_when_words_compete():
+    """``hear`` gives what the audio says (the end of turn is judged on it at once); ``choose``
+    asks the worker's language model only when different words nearly tie."""
+    from voice_server.compute import ComputePool
+    from voice_server.pipeline.stt import Hearing, WhisperSTT
+
+    async with ComputePool(1) as pool:
+        stt = WhisperSTT(pool, rescore_weight=0.2)
+        await stt.load()
+        try:
+            leap = Hearing(LEAP[0][0], (LEAP[1][0],), tuple(LEAP))
+            assert "leap year" in await stt.choose(leap)
+            same = Hearing("Why is the sky blue?", (), (("Why is the sky blue?", -0.1),
+                                                        ("why is the sky blue", -0.2)))
+            asked: list[str] = []
+            call = stt._models.call
+
+            async def recorded(method, *args, urgent):
+                asked.append(method)
+                return await call(method, *args, urgent=urgent)
+
+            stt._models.call = recorded
+            assert await stt.choose(same) == "Why is the sky blue?"
+            assert "leap year" in await stt.choose(leap)
+            assert asked == ["choose"]  # only the tie went to the worker
+        finally:
+            await stt.aclose()

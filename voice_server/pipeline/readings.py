@@ -17,57 +17,79 @@ the model.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["ReadingScorer", "pick"]
+__all__ = ["ReadingScorer", "competing", "pick"]
 
 _WORD = re.compile(r"[a-z0-9']+")
 
 
-def pick(readings: Sequence[tuple[str, float]], lm: Callable[[str], float], *,
-         weight: float, margin: float) -> int:
-    """Index of the reading to believe: ``readings`` are (text, Whisper score), best first;
-    ``lm(text)`` is the language model's mean log-probability per token. Readings that differ
-    only in case or punctuation are one reading (the likelier spelling); the model runs only
-    when two or more different word sequences compete."""
-    if weight <= 0 or len(readings) < 2:
-        return 0
+def competing(readings: Sequence[tuple[str, float]], margin: float) -> list[int]:
+    """Indexes of the readings within ``margin`` of the best that say different words (of
+    readings that differ only in case or punctuation, the likelier spelling); fewer than two:
+    nothing to choose."""
+    if not readings:
+        return []
     best = readings[0][1]
     contenders: dict[tuple[str, ...], int] = {}
     for i, (text, score) in enumerate(readings):
         key = tuple(_WORD.findall(text.lower()))
         if best - score <= margin and key:
             contenders.setdefault(key, i)
-    if len(contenders) < 2:
+    found = list(contenders.values())
+    return found if len(found) >= 2 else []
+
+
+def pick(readings: Sequence[tuple[str, float]], lm: Callable[[str], float], *,
+         weight: float, margin: float) -> int:
+    """Index of the reading to believe: ``readings`` are (text, Whisper score), best first;
+    ``lm(text)`` is the language model's mean log-probability per token, asked only when
+    different words compete."""
+    contenders = competing(readings, margin) if weight > 0 else []
+    if not contenders:
         return 0
-    return max(contenders.values(),
-               key=lambda i: readings[i][1] + weight * lm(readings[i][0]))
+    return max(contenders, key=lambda i: readings[i][1] + weight * lm(readings[i][0]))
 
 
 class ReadingScorer:
-    """Mean log-probability per token of a short text under a small GGUF language model."""
+    """Mean log-probability per token of a short text under a small GGUF language model.
+
+    The worker serves calls from several threads and a llama.cpp context is not thread-safe
+    (two at once failed a ggml assertion and killed the worker), hence the lock. Readings of
+    one utterance mostly differ near their end, so the tokens shared with the last text scored
+    are not evaluated again."""
 
     def __init__(self, model_path: str | Path, *, threads: int = 1) -> None:
         from llama_cpp import Llama
 
         self._llm = Llama(str(model_path), n_ctx=256, n_batch=256, logits_all=True,
                           n_threads=threads, n_threads_batch=threads, verbose=False)
+        self._lock = threading.Lock()
 
     def __call__(self, text: str) -> float:
-        llm = self._llm
-        tokens = llm.tokenize((" " + text.strip()).encode(), add_bos=True)[:llm.n_ctx()]
-        if len(tokens) < 2:
-            return 0.0
-        llm.reset()
-        llm.eval(tokens)
-        logits = np.asarray(llm.scores[:len(tokens) - 1], dtype=np.float64)
+        with self._lock:
+            llm = self._llm
+            tokens = llm.tokenize((" " + text.strip()).encode(), add_bos=True)[:llm.n_ctx()]
+            if len(tokens) < 2:
+                return 0.0
+            kept = 0
+            for old, new in zip(llm.input_ids[:min(llm.n_tokens, len(tokens) - 1)], tokens,
+                                strict=False):
+                if old != new:
+                    break
+                kept += 1
+            llm.n_tokens = kept  # eval() drops the cache past it
+            llm.eval(tokens[kept:])
+            logits = np.asarray(llm.scores[:len(tokens) - 1], dtype=np.float64)
         top = logits.max(axis=1, keepdims=True)
         log_z = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
         chosen = logits[np.arange(len(tokens) - 1), tokens[1:]]
         return float((chosen - log_z).mean())
 
     def close(self) -> None:
-        self._llm.close()
+        with self._lock:
+            self._llm.close()

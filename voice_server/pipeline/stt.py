@@ -26,7 +26,7 @@ import numpy as np
 from ..compute import ComputePool
 from ..workers import ServiceSpec
 from .pooled import PooledModel, PooledWorker
-from .readings import ReadingScorer, pick
+from .readings import ReadingScorer, competing, pick
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -64,11 +64,13 @@ def cut_loop(tokens: list[int], *, hit_budget: bool) -> list[int]:
 
 @dataclass(frozen=True)
 class Hearing:
-    """What speech to text heard: the likeliest text, and the other readings its beam search
-    found nearly as likely (the end of turn asks whether any of them is unfinished)."""
+    """What speech to text heard from the audio alone: its likeliest text, the other readings
+    its beam search found nearly as likely (the end of turn asks whether any of them is
+    unfinished), and every reading with its score (for ``choose``)."""
 
     text: str
     alternatives: tuple[str, ...] = ()
+    readings: tuple[tuple[str, float], ...] = ()
 
 
 class STTError(Exception):
@@ -127,7 +129,16 @@ class WhisperService:
             self._scorer.close()
 
     def transcribe(self, pcm: np.ndarray) -> str:
-        return self.hear(pcm).text
+        return self.choose(self.hear(pcm))
+
+    def choose(self, hearing: Hearing) -> str:
+        """The reading to believe (readings.py): the audio's best unless near-tied readings in
+        other words make the language model prefer one of them."""
+        if self._scorer is None:
+            return hearing.text
+        readings = hearing.readings
+        return readings[pick(readings, self._scorer, weight=self._rescore_weight,
+                             margin=RESCORE_MARGIN)][0] if readings else hearing.text
 
     def hear(self, pcm: np.ndarray) -> Hearing:
         model = self._model
@@ -167,12 +178,10 @@ class WhisperService:
         readings = [(tokenizer.decode(cut_loop(tokens, hit_budget=len(tokens) >= budget))
                      .strip(), score)
                     for tokens, score in zip(result.sequences_ids, result.scores, strict=True)]
-        chosen = (pick(readings, self._scorer, weight=self._rescore_weight,
-                       margin=RESCORE_MARGIN) if self._scorer is not None else 0)
-        text, best = readings[chosen][0], readings[0][1]
+        text, best = readings[0]
         others = dict.fromkeys(reading for reading, score in readings
                                if best - score <= ALTERNATIVE_MARGIN and reading != text)
-        return Hearing(text, tuple(others))
+        return Hearing(text, tuple(others), tuple(readings))
 
 
 class WhisperSTT(PooledModel):
@@ -192,6 +201,7 @@ class WhisperSTT(PooledModel):
             "model": self.model_ref, "compute_type": compute_type, "beam_size": beam_size,
             "language": language, "threads": threads, "window_s": window_s,
             "rescore_model": rescore_model, "rescore_weight": rescore_weight})
+        self._rescore_weight = rescore_weight
         super().__init__(PooledWorker("stt", spec, pool, error=STTError, what="speech to text",
                                       on_restart=on_restart), {"model": self.model_ref})
 
@@ -211,5 +221,13 @@ class WhisperSTT(PooledModel):
         return await self._models.call("transcribe", pcm, urgent=urgent)
 
     async def hear(self, pcm: np.ndarray, *, urgent: bool = True) -> Hearing:
-        """``transcribe``, with the readings nearly as likely as the text."""
+        """What the audio alone says, every reading with it (no language model yet: the end of
+        turn is judged on this without waiting for ``choose``)."""
         return await self._models.call("hear", pcm, urgent=urgent)
+
+    async def choose(self, hearing: Hearing, *, urgent: bool = True) -> str:
+        """``transcribe``'s text for a ``hear``: the worker is asked only when different words
+        nearly tie."""
+        if self._rescore_weight <= 0 or not competing(hearing.readings, RESCORE_MARGIN):
+            return hearing.text
+        return await self._models.call("choose", hearing, urgent=urgent)

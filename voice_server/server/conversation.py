@@ -54,6 +54,8 @@ class Transcriber(Protocol):
 
     async def hear(self, pcm: np.ndarray, *, urgent: bool = True) -> Hearing: ...
 
+    async def choose(self, hearing: Hearing, *, urgent: bool = True) -> str: ...
+
 
 class ConversationServices(Protocol):
     """What a conversation needs from the server hosting it."""

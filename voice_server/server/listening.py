@@ -181,11 +181,14 @@ class Listener:
         output = HeldOutput(self.speech_output(), self.send)
         hearing = self._spawn(self.stt.hear(pcm), "speculative-stt")
         record = self._new_record()
-        transcript = self._spawn(_text_of(hearing), "speculative-text")
+        transcript = self._spawn(self._text_of(hearing), "speculative-text")
         await self.conversation().start_utterance(pcm, output, record, transcript,
                                                    emit=output.emit)
         verdict = self._spawn(self._judge_turn(pcm, hearing), "end-of-turn")
         self._held = _Speculation(pcm, output, record, verdict)
+
+    async def _text_of(self, hearing: Awaitable[Hearing]) -> str:
+        return await self.stt.choose(await hearing)
 
     async def _judge_turn(self, pcm: np.ndarray, hearing: asyncio.Task[Hearing]) -> Verdict:
         async def probability() -> float | None:
@@ -305,7 +308,11 @@ class Listener:
 
     def _judge(self, barge: _BargeIn, pcm: np.ndarray) -> None:
         barge.judged_samples = self._vad.utterance_samples
-        barge.judge = self._spawn(self.stt.transcribe(pcm), "barge-in-words")
+        barge.judge = self._spawn(self._words(pcm), "barge-in-words")
+
+    async def _words(self, pcm: np.ndarray) -> str:
+        """The words by the audio alone: enough to tell an acknowledgement, and sooner."""
+        return (await self.stt.hear(pcm)).text
 
     def _judge_again(self, barge: _BargeIn) -> None:
         """Speech judged not to interrupt goes on (echo of a long answer, or the user who
@@ -410,10 +417,6 @@ class Listener:
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-
-
-async def _text_of(hearing: Awaitable[Hearing]) -> str:
-    return (await hearing).text
 
 
 def _verdict(held: _Speculation) -> Verdict | None:

@@ -85,10 +85,10 @@ async def test_the_speech_to_text_worker_chooses_only_when_words_compete():
         stt = WhisperSTT(pool, rescore_weight=0.2)
         await stt.load()
         try:
-            leap = Hearing(LEAP[0][0], (LEAP[1][0],), tuple(LEAP))
+            leap = Hearing(LEAP[0][0], tuple(LEAP))
             assert "leap year" in await stt.choose(leap)
-            same = Hearing("Why is the sky blue?", (), (("Why is the sky blue?", -0.1),
-                                                        ("why is the sky blue", -0.2)))
+            same = Hearing("Why is the sky blue?", (("Why is the sky blue?", -0.1),
+                                                    ("why is the sky blue", -0.2)))
             asked: list[str] = []
             call = stt._models.call
 
@@ -102,3 +102,12 @@ async def test_the_speech_to_text_worker_chooses_only_when_words_compete():
             assert asked == ["choose"]  # only the tie went to the worker
         finally:
             await stt.aclose()
+
+
+def test_the_alternatives_are_the_other_readings_within_the_margin():
+    from voice_server.pipeline.stt import ALTERNATIVE_MARGIN, Hearing
+
+    heard = Hearing("a", (("a", -0.1), ("b", -0.2), ("b", -0.22), ("a", -0.25),
+                          ("c", -0.1 - ALTERNATIVE_MARGIN - 0.01)))
+    assert heard.alternatives == ("b",)
+    assert Hearing("a").alternatives == ()

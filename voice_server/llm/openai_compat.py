@@ -39,8 +39,8 @@ def map_openai_error(exc: Exception, provider: str) -> LLMError:
         status = exc.status_code
         detail = f"the LLM endpoint answered HTTP {status}"
         if status == 429:
-            return errors.LLMRateLimited(detail, retry_after=_retry_after(exc), provider=provider,
-                                  status=status)
+            return errors.LLMRateLimited(detail, retry_after=_retry_after(exc),
+                                         provider=provider, status=status)
         if status in (401, 403):
             return errors.LLMAuthError(detail, provider=provider, status=status)
         if status == 404:

@@ -64,13 +64,21 @@ def cut_loop(tokens: list[int], *, hit_budget: bool) -> list[int]:
 
 @dataclass(frozen=True)
 class Hearing:
-    """What speech to text heard from the audio alone: its likeliest text, the other readings
-    its beam search found nearly as likely (the end of turn asks whether any of them is
-    unfinished), and every reading with its score (for ``choose``)."""
+    """What speech to text heard from the audio alone: its likeliest text, and every reading
+    its beam search found with its score, best first (for ``choose``)."""
 
     text: str
-    alternatives: tuple[str, ...] = ()
     readings: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def alternatives(self) -> tuple[str, ...]:
+        """The other readings nearly as likely as the text (the end of turn asks whether any
+        of them is unfinished)."""
+        if not self.readings:
+            return ()
+        best = self.readings[0][1]
+        return tuple(dict.fromkeys(text for text, score in self.readings
+                                   if best - score <= ALTERNATIVE_MARGIN and text != self.text))
 
 
 class STTError(Exception):
@@ -178,10 +186,7 @@ class WhisperService:
         readings = [(tokenizer.decode(cut_loop(tokens, hit_budget=len(tokens) >= budget))
                      .strip(), score)
                     for tokens, score in zip(result.sequences_ids, result.scores, strict=True)]
-        text, best = readings[0]
-        others = dict.fromkeys(reading for reading, score in readings
-                               if best - score <= ALTERNATIVE_MARGIN and reading != text)
-        return Hearing(text, tuple(others), tuple(readings))
+        return Hearing(readings[0][0], tuple(readings))
 
 
 class WhisperSTT(PooledModel):

@@ -227,8 +227,8 @@ class Settings(BaseSettings):
     llm_temperature: float = Field(0.0, ge=0, le=2, description="sampling temperature (0: "
                                    "the likeliest word each time, the most accurate answers "
                                    "of the bundled models in bench/quality.py)")
-    llm_threads: int = Field(2, ge=1, description="CPU threads for the local model's prompt "
-                             "evaluation while no STT/TTS runs (decoding uses one)")
+    llm_threads: int = Field(2, ge=1, description="CPU threads of the local model while no "
+                             "STT/TTS runs (one while they do)")
     llm_slots: int = Field(4, ge=1, le=64, description="answers the local model serves at once, "
                            "each keeping its conversation's prompt cached")
     llm_context_tokens: int = Field(8192, ge=512, le=131072, description="the local model's "

@@ -31,10 +31,14 @@ The engine shares 2 cores with speech-to-text and text-to-speech (the compute po
   while the pool has *urgent* work (a final transcript, a first piece: someone waits in
   silence), for at most ``GIVE_WAY_S`` at a time, so a busy pool slows the rest of an answer
   but never stops it;
-- decoding uses one thread; a second (``n_threads``) only evaluates prompts while the pool is
-  idle. Measured in the server with one session: a token took 25 ms (p50; p99 137 ms, max
-  1 s) with two threads and 19 ms (p99 33 ms) with one: llama.cpp's threads wait for each other
-  at every layer, and on 2 busy cores the second one is often descheduled.
+- the engine uses ``n_threads`` while the pool is idle for a prompt, and for decoding while
+  it serves one answer alone (its first piece has nothing computed beside it), and one thread
+  otherwise: llama.cpp's threads wait for each other at every layer, and on 2 busy cores the
+  second one is often descheduled (a token then took 25 ms p50, p99 137 ms, against 19 ms
+  with one thread; 4 sessions decoding on two threads whenever the pool was idle answered
+  ~1 s later at p50). Alone on the cores two threads are faster for every bundled model (a
+  token, p50, 1 -> 2 threads: SmolLM2-135M 12.0 -> 8.0 ms, Qwen2.5-Coder-0.5B 31.8 -> 20.3 ms,
+  -1.5B 51.6 -> 35.8 ms on a 2-core AMD EPYC).
 
 Everything touching the context runs on the engine thread (admission, tokenizing, decoding,
 sampling); readers only enqueue, cancel, and give back hand-off credit.
@@ -330,9 +334,10 @@ class LlamaEngine:
         return False
 
     def _use_threads(self, group: list[tuple[Generation, _Slot]]) -> None:
-        prompt = any(gen.pending for gen, _ in group)
         idle = self._others is None or not self._others.running_jobs
-        threads = self._n_threads if prompt and idle else 1
+        alone = len(self._active) == 1  # several answers at once: their STT/TTS come and go
+        prompt = any(gen.pending for gen, _ in group)
+        threads = self._n_threads if idle and (prompt or alone) else 1
         if threads != self._threads_now:
             self._c.llama_set_n_threads(self._ctx.ctx, threads, threads)
             self._threads_now = threads

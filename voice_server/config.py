@@ -161,6 +161,19 @@ class Settings(BaseSettings):
                                              "probability from which a turn is complete")
     end_of_turn_unfinished_below: float = Field(0.03, ge=0, le=1, description="turn model "
                                                 "probability below which it is unfinished")
+    end_of_turn_sentence_end_below: float = Field(0.005, ge=0, le=1, description="a turn "
+                                                  "whose words a small language model "
+                                                  "would go on with ('Who painted the "
+                                                  "Mona') waits as unfinished when its "
+                                                  "chance of a sentence end is below this "
+                                                  "(pipeline/readings.py; English "
+                                                  "only); 0: off")
+    end_of_turn_last_word_below: float = Field(-14.0, ge=-1000, le=0, description="a turn "
+                                               "whose last word that language model finds "
+                                               "this unlikely after the others (natural "
+                                               "log-probability) waits: speech to text "
+                                               "invents a last word for a cut-off sentence "
+                                               "('What is the capital done?'); -1000: off")
     barge_in_echo_share: float = Field(0.5, gt=0, le=1, description="speech over the agent "
                                        "of which at least this share of the energy is the "
                                        "agent's own audio played back (delayed, scaled) is its "

@@ -10,7 +10,7 @@ import pytest
 from voice_server.compute import ComputePool
 from voice_server.pipeline.audio import decode_wav, resample
 from voice_server.pipeline.barge_in import is_backchannel, is_echo, no_words
-from voice_server.pipeline.end_of_turn import EndOfTurnPolicy, unfinished
+from voice_server.pipeline.end_of_turn import Ending, EndOfTurnPolicy, unfinished
 from voice_server.pipeline.stt import Hearing, WhisperSTT
 from voice_server.pipeline.tts import PiperService, default_piper_voice
 from voice_server.pipeline.turn_model import (
@@ -81,6 +81,18 @@ def test_the_policy_commits_only_when_voice_and_words_agree():
     assert POLICY.judge(None, "A table for").wait_ms == 1600
     assert POLICY.judge(0.9, "").reason == "fallback"
     assert POLICY.judge(0.9, None).wait_ms == 500
+
+
+def test_words_a_language_model_would_go_on_with_wait():
+    policy = EndOfTurnPolicy(commit_ms=200, max_ms=1600, fallback_ms=500)
+    cut = policy.judge(0.98, "Who painted the Mona?", (), Ending(0.0001, -3.0))
+    assert (cut.wait_ms, cut.reason) == (1600, "unfinished sentence")
+    invented = policy.judge(0.98, "What is the capital done?", (), Ending(0.05, -15.5))
+    assert (invented.wait_ms, invented.reason) == (1600, "unlikely last word")
+    assert policy.judge(0.98, "Who painted the Mona Lisa?", (), Ending(0.46, -0.5)).complete
+    assert policy.judge(0.98, "Who painted the Mona?").complete  # not asked: the rest decide
+    off = EndOfTurnPolicy(sentence_end_below=0, last_word_below=-1000)
+    assert off.judge(0.98, "What is the capital done?", (), Ending(0.0001, -15.5)).complete
 
 
 def test_one_unfinished_reading_among_the_likely_ones_is_enough_to_wait():

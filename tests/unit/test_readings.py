@@ -75,6 +75,51 @@ def test_scores_are_the_same_from_any_thread_and_after_any_text():
 
 
 @pytest.mark.slow
+def test_the_bundled_model_tells_a_finished_sentence_from_one_that_goes_on():
+    """A sentence end after words the model would go on with is unlikely, whatever
+    punctuation speech to text wrote after them (end_of_turn.py: "unfinished sentence"); a
+    last word invented for a cut-off sentence is unlikely after the others ("unlikely last
+    word"). Thresholds: config end_of_turn_sentence_end_below and _last_word_below."""
+    scorer = ReadingScorer(default_rescore_model())
+    below, unlikely = 0.005, -14.0
+    try:
+        for cut, whole in [("Who painted the Mona?", "Who painted the Mona Lisa?"),
+                           ("What is the largest planet in our solar?",
+                            "What is the largest planet in our solar system?"),
+                           ("What is five plus?", "What is five plus five?"),
+                           ("How many players are on a soccer", "How many players are on a "
+                                                                 "soccer team?")]:
+            assert scorer.ending(cut).sentence_end < below, cut
+            assert scorer.ending(whole).sentence_end > below, whole
+        assert scorer.ending("What is the capital done?").last_word < unlikely
+        for said in ("Hello.", "Yes.", "Why is the sky blue?", "What is 2 plus 2?",
+                     "What is the capital of France?", "What animal says moo?"):
+            ending = scorer.ending(said)
+            assert ending.sentence_end > 10 * below and ending.last_word > unlikely, said
+        assert scorer.ending(" ?! ") == (0.0, 0.0)
+        assert scorer.ending("Hello").last_word == 0.0  # one word: nothing to judge it by
+    finally:
+        scorer.close()
+
+
+@pytest.mark.slow
+async def test_the_speech_to_text_worker_judges_endings_only_when_asked():
+    from voice_server.compute import ComputePool
+    from voice_server.pipeline.stt import WhisperSTT
+
+    async with ComputePool(1) as pool:
+        plain = WhisperSTT(pool, rescore_weight=0)
+        assert await plain.ending("Who painted the Mona") is None  # no worker trip
+        stt = WhisperSTT(pool, rescore_weight=0, sentence_ends=True)
+        await stt.load()
+        try:
+            assert (await stt.ending("Who painted the Mona")).sentence_end < 0.005
+            assert (await stt.ending("Who painted the Mona Lisa?")).sentence_end > 0.05
+        finally:
+            await stt.aclose()
+
+
+@pytest.mark.slow
 async def test_the_speech_to_text_worker_chooses_only_when_words_compete():
     """``hear`` gives what the audio says (the end of turn is judged on it at once); ``choose``
     asks the worker's language model only when different words nearly tie."""

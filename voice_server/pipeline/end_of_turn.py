@@ -13,20 +13,27 @@ anyway), two judges look at the turn so far:
   (unless it is a question asking for that word's object: "Which planet do we live on?");
   Whisper often ends a cut-off sentence with a word it invents ("What is the capital of" heard
   "What is the capital done?"), so the other readings its beam search found nearly as likely
-  count too: one of them unfinished is enough to wait.
+  count too: one of them unfinished is enough to wait;
+- a **language model** on the words, where the rules see a finished sentence: a small model's
+  probability that a sentence ends after them (readings.py ``ReadingScorer.sentence_end``);
+  "Who painted the Mona" or "... in our solar" end in a falling voice and look finished to
+  the rules, but a sentence end there is unlikely (< 0.001); and a last word it finds very
+  unlikely after the others is what speech to text invents for a cut-off sentence ("What is
+  the capital done?": "done" at log-probability -15.5, "France" in "What is the capital of
+  France?" at -2.8).
 
 The verdict is the silence the turn needs before it ends (``Verdict.wait_ms``): ``commit_ms``
-(about 200 ms) when both say complete; ``max_ms`` (about 1.6 s) when the words (any reading) are
-unfinished or the model is sure the speaker is not done; ``fallback_ms`` (the old fixed 500 ms)
-when a judge could not tell (no words, a model failure or the model switched off, a probability
-between the two thresholds). On our Piper voice's 50 finished questions the model gave >= 0.5
-for 43, 0.29 to 0.47 for 4 and 0.034 to 0.069 for 3; on unfinished ones ("... a table for, um",
-"So I was thinking that") 0.006 to 0.016, hence 0.03; but 0.97 for "What is the capital of"
-(synthetic speech falls at the end of any text: the words catch it). On espeak-ng's robotic
-voice the model is no guide at all (finished questions 0.009 to 0.95, fragments 0.22 to 0.98):
-tests and benchmarks speaking espeak-ng measure the words' judge and the fallback more than the
-model. Speech that resumes before then continues the same turn and the speculative answer is
-discarded unheard.
+(about 200 ms) when both say complete; ``max_ms`` (about 1.6 s) when the words (any reading, or
+the language model) are unfinished or the model is sure the speaker is not done; ``fallback_ms``
+(the old fixed 500 ms) when a judge could not tell (no words, a model failure or the model
+switched off, a probability between the two thresholds). On our Piper voice's 50 finished
+questions the model gave >= 0.5 for 43, 0.29 to 0.47 for 4 and 0.034 to 0.069 for 3; on
+unfinished ones ("... a table for, um", "So I was thinking that") 0.006 to 0.016, hence 0.03;
+but 0.97 for "What is the capital of" (synthetic speech falls at the end of any text: the words
+catch it). On espeak-ng's robotic voice the model is no guide at all (finished questions 0.009
+to 0.95, fragments 0.22 to 0.98): tests and benchmarks speaking espeak-ng measure the words'
+judge and the fallback more than the model. Speech that resumes before then continues the same
+turn and the speculative answer is discarded unheard.
 """
 
 from __future__ import annotations
@@ -34,8 +41,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
-__all__ = ["EndOfTurnPolicy", "Verdict", "unfinished"]
+__all__ = ["Ending", "EndOfTurnPolicy", "Verdict", "unfinished"]
 
 _WORD = re.compile(r"[a-z0-9']+")
 # words a finished English sentence does not end on
@@ -98,11 +106,18 @@ def _asks_for_its_last_word(words: list[str]) -> bool:
                for i in range(1, len(words) - 2))
 
 
+class Ending(NamedTuple):
+    """How the words end, by a language model (readings.py ``ReadingScorer.ending``)."""
+
+    sentence_end: float  # probability that a sentence ends after them
+    last_word: float  # natural log-probability of the last word after the words before it
+
+
 @dataclass(frozen=True)
 class Verdict:
     wait_ms: int  # trailing silence the turn needs before it ends
-    # "complete", "unfinished words", "unfinished reading", "turn model: not finished",
-    # "unsure", "fallback"
+    # "complete", "unfinished words", "unfinished reading", "unfinished sentence",
+    # "unlikely last word", "turn model: not finished", "unsure", "fallback"
     reason: str
     probability: float | None = None  # the turn model's, when it answered
 
@@ -118,12 +133,15 @@ class EndOfTurnPolicy:
     fallback_ms: int = 500
     complete_from: float = 0.5  # turn model's probability of "complete" that counts as done
     unfinished_below: float = 0.03  # and below which the speaker is surely not done
+    sentence_end_below: float = 0.005  # a language model's chance of a sentence end
+    last_word_below: float = -14.0  # and its log-probability of the last word: invented?
 
     def judge(self, probability: float | None, transcript: str | None,
-              alternatives: Sequence[str] = ()) -> Verdict:
+              alternatives: Sequence[str] = (), ending: Ending | None = None) -> Verdict:
         """``probability``: the turn model's (None: off or failed); ``transcript``: the words
         so far (None: speech to text failed); ``alternatives``: other readings of them nearly
-        as likely (stt.Hearing)."""
+        as likely (stt.Hearing); ``ending``: a language model's view of how the words end
+        (None: not asked)."""
         words = (transcript or "").strip()
         if not words:
             return Verdict(self.fallback_ms, "fallback", probability)
@@ -131,6 +149,10 @@ class EndOfTurnPolicy:
             return Verdict(self.max_ms, "unfinished words", probability)
         if any(unfinished(text) for text in alternatives):
             return Verdict(self.max_ms, "unfinished reading", probability)
+        if ending is not None and ending.sentence_end < self.sentence_end_below:
+            return Verdict(self.max_ms, "unfinished sentence", probability)
+        if ending is not None and ending.last_word < self.last_word_below:
+            return Verdict(self.max_ms, "unlikely last word", probability)
         if probability is None:
             return Verdict(self.fallback_ms, "fallback", probability)
         if probability < self.unfinished_below:

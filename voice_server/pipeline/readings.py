@@ -23,9 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
+from .end_of_turn import Ending
+
 __all__ = ["ReadingScorer", "competing", "pick"]
 
 _WORD = re.compile(r"[a-z0-9']+")
+_FINAL_PUNCTUATION = re.compile(r"[\s?.!,;:…]+$")
 
 
 def competing(readings: Sequence[tuple[str, float]], margin: float) -> list[int]:
@@ -69,13 +72,49 @@ class ReadingScorer:
         self._llm = Llama(str(model_path), n_ctx=256, n_batch=256, logits_all=True,
                           n_threads=threads, n_threads_batch=threads, verbose=False)
         self._lock = threading.Lock()
+        self._ends = [self._llm.tokenize(mark.encode(), add_bos=False)[0] for mark in "?.!"]
 
     def __call__(self, text: str) -> float:
+        tokens = self._llm.tokenize((" " + text.strip()).encode(), add_bos=True)
+        if len(tokens) < 2:
+            return 0.0
+        logits = self._logits(tokens)[:-1]
+        top = logits.max(axis=1, keepdims=True)
+        log_z = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
+        chosen = logits[np.arange(len(tokens) - 1), tokens[1:]]
+        return float((chosen - log_z).mean())
+
+    def ending(self, text: str) -> Ending:
+        """How the words end, by the model (end_of_turn.py): the chance of a sentence end after
+        them (``?``, ``.`` or ``!`` next) and the log-probability of their last word after the
+        others, the words given as a chat user's message without the final punctuation speech
+        to text wrote (it puts a question mark after a fragment too)."""
+        words = _FINAL_PUNCTUATION.sub("", text.strip())
+        if not words:
+            return Ending(0.0, 0.0)
+        tokens = self._tokens(words)
+        logits = self._logits(tokens)
+        probs = np.exp(logits[-1] - logits[-1].max())
+        sentence_end = float(probs[self._ends].sum() / probs.sum())
+        head = self._tokens(words.rsplit(" ", 1)[0]) if " " in words else tokens
+        if len(head) >= len(tokens) or tokens[:len(head)] != head:
+            return Ending(sentence_end, 0.0)  # one word, or it does not split at the space
+        rows = logits[len(head) - 1:len(tokens) - 1]
+        top = rows.max(axis=1)
+        log_z = top + np.log(np.exp(rows - top[:, None]).sum(axis=1))
+        last_word = float((rows[np.arange(len(rows)), tokens[len(head):]] - log_z).sum())
+        return Ending(sentence_end, last_word)
+
+    def _tokens(self, words: str) -> list[int]:
+        return self._llm.tokenize(f"<|im_start|>user\n{words}".encode(), add_bos=False,
+                                  special=True)
+
+    def _logits(self, tokens: list[int]) -> np.ndarray:
+        """The logits after each of ``tokens`` (the ones shared with the last call are not
+        evaluated again)."""
         with self._lock:
             llm = self._llm
-            tokens = llm.tokenize((" " + text.strip()).encode(), add_bos=True)[:llm.n_ctx()]
-            if len(tokens) < 2:
-                return 0.0
+            tokens = tokens[:llm.n_ctx()]
             kept = 0
             for old, new in zip(llm.input_ids[:min(llm.n_tokens, len(tokens) - 1)], tokens,
                                 strict=False):
@@ -84,11 +123,7 @@ class ReadingScorer:
                 kept += 1
             llm.n_tokens = kept  # eval() drops the cache past it
             llm.eval(tokens[kept:])
-            logits = np.asarray(llm.scores[:len(tokens) - 1], dtype=np.float64)
-        top = logits.max(axis=1, keepdims=True)
-        log_z = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
-        chosen = logits[np.arange(len(tokens) - 1), tokens[1:]]
-        return float((chosen - log_z).mean())
+            return np.asarray(llm.scores[:len(tokens)], dtype=np.float64)
 
     def close(self) -> None:
         with self._lock:

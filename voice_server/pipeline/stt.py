@@ -25,6 +25,7 @@ import numpy as np
 
 from ..compute import ComputePool
 from ..workers import ServiceSpec
+from .end_of_turn import Ending
 from .pooled import PooledModel, PooledWorker
 from .readings import ReadingScorer, competing, pick
 
@@ -111,7 +112,8 @@ class WhisperService:
 
     def __init__(self, *, model: str, compute_type: str = "int8", beam_size: int = 5,
                  language: str | None = "en", threads: int = 2, window_s: float = 8.0,
-                 rescore_model: str | None = None, rescore_weight: float = 0.0) -> None:
+                 rescore_model: str | None = None, rescore_weight: float = 0.0,
+                 sentence_ends: bool = False) -> None:
         from faster_whisper import WhisperModel
 
         if Path(model).exists() or "/" in model:
@@ -125,8 +127,10 @@ class WhisperService:
                                    cpu_threads=threads, local_files_only=True)
         self._rescore_weight = rescore_weight
         self._scorer = (ReadingScorer(rescore_model, threads=threads)
-                        if rescore_model and rescore_weight > 0 else None)
+                        if rescore_model and (rescore_weight > 0 or sentence_ends) else None)
         self.transcribe(np.zeros(8000, dtype=np.int16))  # self-test, and warm
+        if self._scorer is not None:
+            self._scorer.ending("Is this warm?")
 
     def info(self) -> dict[str, Any]:
         return {"model": self.model_ref}
@@ -147,6 +151,10 @@ class WhisperService:
         readings = hearing.readings
         return readings[pick(readings, self._scorer, weight=self._rescore_weight,
                              margin=RESCORE_MARGIN)][0] if readings else hearing.text
+
+    def ending(self, text: str) -> Ending | None:
+        """How ``text`` ends, by the language model (None without one)."""
+        return None if self._scorer is None else self._scorer.ending(text)
 
     def hear(self, pcm: np.ndarray) -> Hearing:
         model = self._model
@@ -197,16 +205,18 @@ class WhisperSTT(PooledModel):
     def __init__(self, pool: ComputePool, *, model: str | None = None, compute_type: str = "int8",
                  beam_size: int = 5, language: str | None = "en", threads: int = 2,
                  window_s: float = 8.0, rescore_model: str | None = None,
-                 rescore_weight: float = 0.0,
+                 rescore_weight: float = 0.0, sentence_ends: bool = False,
                  on_restart: Callable[[str], None] | None = None) -> None:
         self.model_ref = model or str(default_whisper_dir())
-        if rescore_weight > 0 and rescore_model is None:
+        if (rescore_weight > 0 or sentence_ends) and rescore_model is None:
             rescore_model = str(default_rescore_model())
         spec = ServiceSpec(f"{__name__}:WhisperService", {
             "model": self.model_ref, "compute_type": compute_type, "beam_size": beam_size,
             "language": language, "threads": threads, "window_s": window_s,
-            "rescore_model": rescore_model, "rescore_weight": rescore_weight})
+            "rescore_model": rescore_model, "rescore_weight": rescore_weight,
+            "sentence_ends": sentence_ends})
         self._rescore_weight = rescore_weight
+        self._sentence_ends = sentence_ends
         super().__init__(PooledWorker("stt", spec, pool, error=STTError, what="speech to text",
                                       on_restart=on_restart), {"model": self.model_ref})
 
@@ -218,7 +228,11 @@ class WhisperSTT(PooledModel):
                    beam_size=settings.stt_beam_size, language=settings.stt_language,
                    threads=settings.stt_threads, window_s=settings.stt_window_s,
                    rescore_model=settings.stt_rescore_model,
-                   rescore_weight=settings.stt_rescore_weight, on_restart=on_restart)
+                   rescore_weight=settings.stt_rescore_weight,
+                   # the bundled language model knows English
+                   sentence_ends=(settings.end_of_turn_sentence_end_below > 0
+                                  and settings.stt_language == "en"),
+                   on_restart=on_restart)
 
     async def transcribe(self, pcm: np.ndarray, *, urgent: bool = True) -> str:
         """Transcribe 16 kHz mono int16 audio (``urgent``: someone waits for it, see
@@ -229,6 +243,12 @@ class WhisperSTT(PooledModel):
         """What the audio alone says, every reading with it (no language model yet: the end of
         turn is judged on this without waiting for ``choose``)."""
         return await self._models.call("hear", pcm, urgent=urgent)
+
+    async def ending(self, text: str) -> Ending | None:
+        """How ``text`` ends, by the language model (readings.py; None: not asked for)."""
+        if not self._sentence_ends or not text.strip():
+            return None
+        return await self._models.call("ending", text, urgent=True)
 
     async def choose(self, hearing: Hearing, *, urgent: bool = True) -> str:
         """``transcribe``'s text for a ``hear``: the worker is asked only when different words

@@ -25,6 +25,7 @@ import numpy as np
 from ..metrics import TurnRecord, session_tag
 from ..pipeline.answer_guard import AnswerGuard
 from ..pipeline.chunker import SentenceChunker
+from ..pipeline.end_of_turn import Ending
 from ..pipeline.speech import SpeechOutput
 from ..pipeline.stt import Hearing, STTError
 from ..pipeline.turn import Responder, Turn, TurnContext
@@ -55,6 +56,8 @@ class Transcriber(Protocol):
     async def hear(self, pcm: np.ndarray, *, urgent: bool = True) -> Hearing: ...
 
     async def choose(self, hearing: Hearing, *, urgent: bool = True) -> str: ...
+
+    async def ending(self, text: str) -> Ending | None: ...
 
 
 class ConversationServices(Protocol):

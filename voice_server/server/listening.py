@@ -36,7 +36,7 @@ from ..pipeline.barge_in import is_backchannel, is_echo, no_words
 from ..pipeline.echo import EchoReference, echo_share
 from ..pipeline.end_of_turn import EndOfTurnPolicy, Verdict
 from ..pipeline.speech import HeldOutput, SpeechOutput
-from ..pipeline.stt import Hearing
+from ..pipeline.stt import Hearing, STTError
 from ..pipeline.vad import StreamingVAD, VADEvent, VADSettings
 from ..protocol import Message, SpeechEnd, SpeechStart, Transcript
 
@@ -132,7 +132,9 @@ class Listener:
         self._policy = EndOfTurnPolicy(
             commit_ms=s.end_of_turn_commit_ms, max_ms=s.end_of_turn_max_ms,
             fallback_ms=values["end_silence_ms"], complete_from=s.end_of_turn_complete_from,
-            unfinished_below=s.end_of_turn_unfinished_below)
+            unfinished_below=s.end_of_turn_unfinished_below,
+            sentence_end_below=s.end_of_turn_sentence_end_below,
+            last_word_below=s.end_of_turn_last_word_below)
         if s.vad_spec_silence_ms:
             values["end_silence_ms"] = max(values["end_silence_ms"], s.end_of_turn_max_ms)
         return VADSettings(max_utterance_s=s.max_audio_seconds, duck_ms=s.vad_duck_ms,
@@ -205,7 +207,15 @@ class Listener:
         if hearing.cancelled() or hearing.exception():
             return self._policy.judge(p, None)
         heard = hearing.result()
-        return self._policy.judge(p, heard.text, heard.alternatives)
+        verdict = self._policy.judge(p, heard.text, heard.alternatives)
+        if verdict.wait_ms >= self._policy.max_ms:
+            return verdict  # waiting already: the language model could not make it longer
+        try:
+            ending = await self.stt.ending(heard.text)
+        except STTError as exc:
+            log.warning("the language model's end-of-turn judgement failed: %s", exc)
+            return verdict
+        return self._policy.judge(p, heard.text, heard.alternatives, ending)
 
     async def _abandon(self) -> None:
         held, self._held = self._held, None

@@ -41,7 +41,7 @@ async def test_killing_every_worker_mid_turn_costs_one_turn(server, make_speech)
     me = psutil.Process()
     pids = {w.pid for w in workers(server)}
     assert pids <= {child.pid for child in me.children()}  # they are this server's processes
-    question = make_speech("What is the capital of France?", rate=48000, pad=(1.0, 1.5))
+    question = make_speech("What is the capital city of France?", rate=48000, pad=(1.0, 1.5))
     async with RtcClient(f"ws://127.0.0.1:{server.port}/ws") as client:
         await client.negotiate()
         session = client.ready["id"]

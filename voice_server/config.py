@@ -174,10 +174,6 @@ class Settings(BaseSettings):
                                                "log-probability) waits: speech to text "
                                                "invents a last word for a cut-off sentence "
                                                "('What is the capital done?'); -1000: off")
-    end_of_turn_doubtful_ms: int = Field(1000, ge=200, le=10_000, description="silence "
-                                         "that ends a turn whose last word is that unlikely "
-                                         "(cut off, or misheard: a finished question heard "
-                                         "wrong should not wait the whole maximum)")
     barge_in_echo_share: float = Field(0.5, gt=0, le=1, description="speech over the agent "
                                        "of which at least this share of the energy is the "
                                        "agent's own audio played back (delayed, scaled) is its "

@@ -88,7 +88,7 @@ def test_words_a_language_model_would_go_on_with_wait():
     cut = policy.judge(0.98, "Who painted the Mona?", (), Ending(0.0001, -3.0))
     assert (cut.wait_ms, cut.reason) == (1600, "unfinished sentence")
     invented = policy.judge(0.98, "What is the capital done?", (), Ending(0.05, -15.5))
-    assert (invented.wait_ms, invented.reason) == (1000, "unlikely last word")
+    assert (invented.wait_ms, invented.reason) == (1600, "unlikely last word")
     assert policy.judge(0.98, "Who painted the Mona Lisa?", (), Ending(0.46, -0.5)).complete
     assert policy.judge(0.98, "Who painted the Mona?").complete  # not asked: the rest decide
     off = EndOfTurnPolicy(sentence_end_below=0, last_word_below=-1000)

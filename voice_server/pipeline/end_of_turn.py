@@ -20,7 +20,7 @@ anyway), two judges look at the turn so far:
   the rules, but a sentence end there is unlikely (< 0.001); and a last word it finds very
   unlikely after the others is what speech to text invents for a cut-off sentence ("What is
   the capital done?": "done" at log-probability -15.5, "France" in "What is the capital of
-  France?" at -2.8), or the one it mishears, so that wait is shorter (``doubtful_ms``).
+  France?" at -2.8).
 
 The verdict is the silence the turn needs before it ends (``Verdict.wait_ms``): ``commit_ms``
 (about 200 ms) when both say complete; ``max_ms`` (about 1.6 s) when the words (any reading, or
@@ -135,7 +135,6 @@ class EndOfTurnPolicy:
     unfinished_below: float = 0.03  # and below which the speaker is surely not done
     sentence_end_below: float = 0.005  # a language model's chance of a sentence end
     last_word_below: float = -14.0  # and its log-probability of the last word: invented?
-    doubtful_ms: int = 1000  # silence a turn with such a last word needs (cut off, or misheard)
 
     def judge(self, probability: float | None, transcript: str | None,
               alternatives: Sequence[str] = (), ending: Ending | None = None) -> Verdict:
@@ -153,8 +152,7 @@ class EndOfTurnPolicy:
         if ending is not None and ending.sentence_end < self.sentence_end_below:
             return Verdict(self.max_ms, "unfinished sentence", probability)
         if ending is not None and ending.last_word < self.last_word_below:
-            # as likely misheard as cut off: wait out a pause mid-sentence, not a long one
-            return Verdict(self.doubtful_ms, "unlikely last word", probability)
+            return Verdict(self.max_ms, "unlikely last word", probability)
         if probability is None:
             return Verdict(self.fallback_ms, "fallback", probability)
         if probability < self.unfinished_below:

@@ -134,8 +134,7 @@ class Listener:
             fallback_ms=values["end_silence_ms"], complete_from=s.end_of_turn_complete_from,
             unfinished_below=s.end_of_turn_unfinished_below,
             sentence_end_below=s.end_of_turn_sentence_end_below,
-            last_word_below=s.end_of_turn_last_word_below,
-            doubtful_ms=s.end_of_turn_doubtful_ms)
+            last_word_below=s.end_of_turn_last_word_below)
         if s.vad_spec_silence_ms:
             values["end_silence_ms"] = max(values["end_silence_ms"], s.end_of_turn_max_ms)
         return VADSettings(max_utterance_s=s.max_audio_seconds, duck_ms=s.vad_duck_ms,

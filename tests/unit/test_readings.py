@@ -98,6 +98,9 @@ def test_the_bundled_model_tells_a_finished_sentence_from_one_that_goes_on():
             assert ending.sentence_end > 10 * below and ending.last_word > unlikely, said
         assert scorer.ending(" ?! ") == (0.0, 0.0)
         assert scorer.ending("Hello").last_word == 0.0  # one word: nothing to judge it by
+        rambling = "and then we went to the shop " * 60  # more tokens than the model reads
+        assert scorer.ending(rambling) == (1.0, 0.0)
+        assert scorer(rambling) < 0
     finally:
         scorer.close()
 

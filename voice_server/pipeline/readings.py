@@ -76,6 +76,7 @@ class ReadingScorer:
 
     def __call__(self, text: str) -> float:
         tokens = self._llm.tokenize((" " + text.strip()).encode(), add_bos=True)
+        tokens = tokens[:self._llm.n_ctx()]
         if len(tokens) < 2:
             return 0.0
         logits = self._logits(tokens)[:-1]
@@ -93,6 +94,8 @@ class ReadingScorer:
         if not words:
             return Ending(0.0, 0.0)
         tokens = self._tokens(words)
+        if len(tokens) > self._llm.n_ctx():
+            return Ending(1.0, 0.0)  # longer than the model reads: no judgement
         logits = self._logits(tokens)
         probs = np.exp(logits[-1] - logits[-1].max())
         sentence_end = float(probs[self._ends].sum() / probs.sum())
@@ -114,7 +117,6 @@ class ReadingScorer:
         evaluated again)."""
         with self._lock:
             llm = self._llm
-            tokens = tokens[:llm.n_ctx()]
             kept = 0
             for old, new in zip(llm.input_ids[:min(llm.n_tokens, len(tokens) - 1)], tokens,
                                 strict=False):

@@ -108,12 +108,19 @@ def test_the_bundled_model_tells_a_finished_sentence_from_one_that_goes_on():
 @pytest.mark.slow
 async def test_the_speech_to_text_worker_judges_endings_only_when_asked():
     from voice_server.compute import ComputePool
+    from voice_server.config import load_settings
     from voice_server.pipeline.stt import WhisperSTT
 
     async with ComputePool(1) as pool:
         plain = WhisperSTT(pool, rescore_weight=0)
         assert await plain.ending("Who painted the Mona") is None  # no worker trip
-        stt = WhisperSTT(pool, rescore_weight=0, sentence_ends=True)
+        off = load_settings(end_of_turn_sentence_end_below=0, end_of_turn_last_word_below=-1000)
+        assert await WhisperSTT.from_settings(pool, off).ending("Who painted the Mona") is None
+        german = load_settings(stt_language="de")
+        assert await WhisperSTT.from_settings(pool, german).ending("Wer malte die Mona") is None
+        # the last-word judge alone still needs the model
+        one_judge = load_settings(stt_rescore_weight=0, end_of_turn_sentence_end_below=0)
+        stt = WhisperSTT.from_settings(pool, one_judge)
         await stt.load()
         try:
             assert (await stt.ending("Who painted the Mona")).sentence_end < 0.005

@@ -15,7 +15,7 @@ anyway), two judges look at the turn so far:
   "What is the capital done?"), so the other readings its beam search found nearly as likely
   count too: one of them unfinished is enough to wait;
 - a **language model** on the words, where the rules see a finished sentence: a small model's
-  probability that a sentence ends after them (readings.py ``ReadingScorer.sentence_end``);
+  probability that a sentence ends after them (readings.py ``ReadingScorer.ending``);
   "Who painted the Mona" or "... in our solar" end in a falling voice and look finished to
   the rules, but a sentence end there is unlikely (< 0.001); and a last word it finds very
   unlikely after the others is what speech to text invents for a cut-off sentence ("What is

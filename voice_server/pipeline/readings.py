@@ -79,11 +79,8 @@ class ReadingScorer:
         tokens = tokens[:self._llm.n_ctx()]
         if len(tokens) < 2:
             return 0.0
-        logits = self._logits(tokens)[:-1]
-        top = logits.max(axis=1, keepdims=True)
-        log_z = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
-        chosen = logits[np.arange(len(tokens) - 1), tokens[1:]]
-        return float((chosen - log_z).mean())
+        log_probs = _log_softmax(self._logits(tokens)[:-1])
+        return float(log_probs[np.arange(len(tokens) - 1), tokens[1:]].mean())
 
     def ending(self, text: str) -> Ending:
         """How the words end, by the model (end_of_turn.py): the chance of a sentence end after
@@ -96,16 +93,13 @@ class ReadingScorer:
         tokens = self._tokens(words)
         if len(tokens) > self._llm.n_ctx():
             return Ending(1.0, 0.0)  # longer than the model reads: no judgement
-        logits = self._logits(tokens)
-        probs = np.exp(logits[-1] - logits[-1].max())
-        sentence_end = float(probs[self._ends].sum() / probs.sum())
+        log_probs = _log_softmax(self._logits(tokens))
+        sentence_end = float(np.exp(log_probs[-1, self._ends]).sum())
         head = self._tokens(words.rsplit(" ", 1)[0]) if " " in words else tokens
         if len(head) >= len(tokens) or tokens[:len(head)] != head:
             return Ending(sentence_end, 0.0)  # one word, or it does not split at the space
-        rows = logits[len(head) - 1:len(tokens) - 1]
-        top = rows.max(axis=1)
-        log_z = top + np.log(np.exp(rows - top[:, None]).sum(axis=1))
-        last_word = float((rows[np.arange(len(rows)), tokens[len(head):]] - log_z).sum())
+        rows = log_probs[len(head) - 1:len(tokens) - 1]  # predicting the last word's tokens
+        last_word = float(rows[np.arange(len(rows)), tokens[len(head):]].sum())
         return Ending(sentence_end, last_word)
 
     def _tokens(self, words: str) -> list[int]:
@@ -130,3 +124,9 @@ class ReadingScorer:
     def close(self) -> None:
         with self._lock:
             self._llm.close()
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Each row's logits as log-probabilities."""
+    top = logits.max(axis=-1, keepdims=True)
+    return logits - top - np.log(np.exp(logits - top).sum(axis=-1, keepdims=True))

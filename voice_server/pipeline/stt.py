@@ -113,7 +113,7 @@ class WhisperService:
     def __init__(self, *, model: str, compute_type: str = "int8", beam_size: int = 5,
                  language: str | None = "en", threads: int = 2, window_s: float = 8.0,
                  rescore_model: str | None = None, rescore_weight: float = 0.0,
-                 sentence_ends: bool = False) -> None:
+                 endings: bool = False) -> None:
         from faster_whisper import WhisperModel
 
         if Path(model).exists() or "/" in model:
@@ -127,7 +127,7 @@ class WhisperService:
                                    cpu_threads=threads, local_files_only=True)
         self._rescore_weight = rescore_weight
         self._scorer = (ReadingScorer(rescore_model, threads=threads)
-                        if rescore_model and (rescore_weight > 0 or sentence_ends) else None)
+                        if rescore_model and (rescore_weight > 0 or endings) else None)
         self.transcribe(np.zeros(8000, dtype=np.int16))  # self-test, and warm
         if self._scorer is not None:
             self._scorer.ending("Is this warm?")
@@ -205,18 +205,18 @@ class WhisperSTT(PooledModel):
     def __init__(self, pool: ComputePool, *, model: str | None = None, compute_type: str = "int8",
                  beam_size: int = 5, language: str | None = "en", threads: int = 2,
                  window_s: float = 8.0, rescore_model: str | None = None,
-                 rescore_weight: float = 0.0, sentence_ends: bool = False,
+                 rescore_weight: float = 0.0, endings: bool = False,
                  on_restart: Callable[[str], None] | None = None) -> None:
         self.model_ref = model or str(default_whisper_dir())
-        if (rescore_weight > 0 or sentence_ends) and rescore_model is None:
+        if (rescore_weight > 0 or endings) and rescore_model is None:
             rescore_model = str(default_rescore_model())
         spec = ServiceSpec(f"{__name__}:WhisperService", {
             "model": self.model_ref, "compute_type": compute_type, "beam_size": beam_size,
             "language": language, "threads": threads, "window_s": window_s,
             "rescore_model": rescore_model, "rescore_weight": rescore_weight,
-            "sentence_ends": sentence_ends})
+            "endings": endings})
         self._rescore_weight = rescore_weight
-        self._sentence_ends = sentence_ends
+        self._endings = endings
         super().__init__(PooledWorker("stt", spec, pool, error=STTError, what="speech to text",
                                       on_restart=on_restart), {"model": self.model_ref})
 
@@ -229,9 +229,10 @@ class WhisperSTT(PooledModel):
                    threads=settings.stt_threads, window_s=settings.stt_window_s,
                    rescore_model=settings.stt_rescore_model,
                    rescore_weight=settings.stt_rescore_weight,
-                   # the bundled language model knows English
-                   sentence_ends=(settings.end_of_turn_sentence_end_below > 0
-                                  and settings.stt_language == "en"),
+                   # either end-of-turn judge on words; the bundled language model knows English
+                   endings=((settings.end_of_turn_sentence_end_below > 0
+                             or settings.end_of_turn_last_word_below > -1000)
+                            and settings.stt_language == "en"),
                    on_restart=on_restart)
 
     async def transcribe(self, pcm: np.ndarray, *, urgent: bool = True) -> str:
@@ -246,7 +247,7 @@ class WhisperSTT(PooledModel):
 
     async def ending(self, text: str) -> Ending | None:
         """How ``text`` ends, by the language model (readings.py; None: not asked for)."""
-        if not self._sentence_ends or not text.strip():
+        if not self._endings or not text.strip():
             return None
         return await self._models.call("ending", text, urgent=True)
 

@@ -109,7 +109,7 @@ def test_the_bundled_model_tells_a_finished_sentence_from_one_that_goes_on():
 async def test_the_speech_to_text_worker_judges_endings_only_when_asked():
     from voice_server.compute import ComputePool
     from voice_server.config import load_settings
-    from voice_server.pipeline.stt import WhisperSTT
+    from voice_server.pipeline.stt import Hearing, WhisperSTT
 
     async with ComputePool(1) as pool:
         plain = WhisperSTT(pool, rescore_weight=0)
@@ -118,6 +118,19 @@ async def test_the_speech_to_text_worker_judges_endings_only_when_asked():
         assert await WhisperSTT.from_settings(pool, off).ending("Who painted the Mona") is None
         german = load_settings(stt_language="de")
         assert await WhisperSTT.from_settings(pool, german).ending("Wer malte die Mona") is None
+        # nor does the English model rescore German readings that nearly tie
+        tie = Hearing("Wer malte die Mona Lisa?", (("Wer malte die Mona Lisa?", -0.10),
+                                                   ("Wer malt die Mona Lisa?", -0.11)))
+        for settings, trips in ((german, []), (load_settings(), ["choose"])):
+            stt, asked = WhisperSTT.from_settings(pool, settings), []
+
+            async def recorded(method, *args, urgent, asked=asked):
+                asked.append(method)
+                return tie.text
+
+            stt._models.call = recorded
+            assert await stt.choose(tie) == tie.text
+            assert asked == trips
         # the last-word judge alone still needs the model
         one_judge = load_settings(stt_rescore_weight=0, end_of_turn_sentence_end_below=0)
         stt = WhisperSTT.from_settings(pool, one_judge)

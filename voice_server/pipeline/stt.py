@@ -223,16 +223,18 @@ class WhisperSTT(PooledModel):
     @classmethod
     def from_settings(cls, pool: ComputePool, settings: Settings,
                       on_restart: Callable[[str], None] | None = None) -> WhisperSTT:
-        """The speech to text the settings describe (the server and ``doctor`` alike)."""
+        """The speech to text the settings describe (the server and ``doctor`` alike). The
+        bundled language model knows English: for another language it neither rescores
+        readings (unless ``stt_rescore_model`` names one) nor judges ends of turn."""
+        english = settings.stt_language == "en"
         return cls(pool, model=settings.stt_model, compute_type=settings.stt_compute_type,
                    beam_size=settings.stt_beam_size, language=settings.stt_language,
                    threads=settings.stt_threads, window_s=settings.stt_window_s,
                    rescore_model=settings.stt_rescore_model,
-                   rescore_weight=settings.stt_rescore_weight,
-                   # either end-of-turn judge on words; the bundled language model knows English
+                   rescore_weight=(settings.stt_rescore_weight
+                                   if english or settings.stt_rescore_model else 0.0),
                    endings=((settings.end_of_turn_sentence_end_below > 0
-                             or settings.end_of_turn_last_word_below > -1000)
-                            and settings.stt_language == "en"),
+                             or settings.end_of_turn_last_word_below > -1000) and english),
                    on_restart=on_restart)
 
     async def transcribe(self, pcm: np.ndarray, *, urgent: bool = True) -> str:

@@ -2,7 +2,8 @@
 
 Both systems run as subprocesses with the same models (Whisper tiny.en, Piper joe, SmolLM2 via
 one shared llama-cpp-python OpenAI-compatible server) inside a private network namespace;
-scripted aiortc peers speak espeak-ng WAVs and time the audio they get back. Phases, each run
+scripted aiortc peers speak espeak-ng (or, with ``--voice piper``, the bundled Piper voice) and
+time the audio they get back. Phases, each run
 for voice_server then Pipecat, interleaved:
 
 1. local LLM: voice-to-voice at 1, 2 and 4 concurrent sessions (p50/p95/max), CPU and RSS of
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import subprocess
@@ -48,14 +50,37 @@ LONG = ("Let me tell you a long story about the sea. The waves roll in slowly ev
         "play on the warm sand all day. In the evening the lighthouse shines across the water.")
 
 
-def speech48k(text: str, folder: Path, pad=(1.0, 1.0)) -> np.ndarray:
-    from voice_server.pipeline.audio import decode_wav
+def speech48k(text: str, folder: Path, pad=(1.0, 1.0), voice: str = "espeak") -> np.ndarray:
+    """48 kHz speech of ``text`` with exactly ``pad`` seconds of silence around it (the
+    synthesizer's own leading and trailing silence cut first: espeak-ng adds ~0.2 s at each
+    end, which made a "0.8 s" pause between two halves 1.2 s of silence), in espeak-ng's robotic
+    voice or in the bundled Piper voice (natural intonation, as a person asks)."""
+    from voice_server.pipeline.audio import (
+        decode_wav,
+        resample,
+        trim_leading_silence,
+        trim_trailing_silence,
+    )
 
-    raw, out = folder / "raw.wav", folder / f"{abs(hash((text, pad)))}.wav"
-    subprocess.run(["espeak-ng", "-v", "en-us", "-s", "150", "-w", str(raw), text], check=True)
-    subprocess.run(["sox", str(raw), "-r", "48000", "-c", "1", "-b", "16", str(out), "pad",
-                    str(pad[0]), str(pad[1])], check=True)
-    return decode_wav(out.read_bytes(), max_seconds=60, to_rate=48000)
+    if voice == "piper":
+        pcm = resample(_piper().synthesize(text, False), _piper().sample_rate, 48000)
+    else:
+        raw, out = folder / "raw.wav", folder / f"{abs(hash(text))}.wav"
+        subprocess.run(["espeak-ng", "-v", "en-us", "-s", "150", "-w", str(raw), text],
+                       check=True)
+        subprocess.run(["sox", str(raw), "-r", "48000", "-c", "1", "-b", "16", str(out)],
+                       check=True)
+        pcm = decode_wav(out.read_bytes(), max_seconds=60, to_rate=48000)
+    pcm = trim_trailing_silence(trim_leading_silence(pcm, 48000, keep_ms=0), 48000, keep_ms=0)
+    return np.concatenate([np.zeros(int(48000 * pad[0]), np.int16), pcm,
+                           np.zeros(int(48000 * pad[1]), np.int16)])
+
+
+@functools.cache
+def _piper() -> Any:
+    from voice_server.pipeline.tts import PiperService, default_piper_voice
+
+    return PiperService(voice=str(default_piper_voice()))
 
 
 def stats(values: list[float | None]) -> dict[str, Any]:
@@ -358,6 +383,9 @@ async def main() -> None:
     parser.add_argument("--embedded", action="store_true",
                         help="also run voice_server with its embedded LLM (in the load and "
                         "connections phases)")
+    parser.add_argument("--voice", choices=("espeak", "piper"), default="espeak",
+                        help="who asks: espeak-ng's robotic voice, or the bundled Piper voice "
+                        "(natural intonation; the turn models of both systems read it better)")
     parser.add_argument("--chart", help="write the timeline PNG here")
     parser.add_argument("--json", help="also write the full result (per-turn data) here")
     parser.add_argument("--only", default="", help="comma list of systems to run (ours, "
@@ -372,10 +400,12 @@ async def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        wavs = [speech48k(q, folder) for q in QUESTIONS]
-        story = speech48k("Tell me a long story about the sea.", folder)
-        interrupt = speech48k("Stop please, I have a question.", folder, pad=(0.0, 1.0))
-    result: dict[str, Any] = {"bench": "voice_latency", "cpu_count": os.cpu_count(),
+        wavs = [speech48k(q, folder, voice=args.voice) for q in QUESTIONS]
+        story = speech48k("Tell me a long story about the sea.", folder, voice=args.voice)
+        interrupt = speech48k("Stop please, I have a question.", folder, pad=(0.0, 1.0),
+                              voice=args.voice)
+    result: dict[str, Any] = {"bench": "voice_latency", "voice": args.voice,
+                              "cpu_count": os.cpu_count(),
                               "load_avg_start": os.getloadavg()}
     llama_python = args.llama_python or args.pipecat_python or sys.executable
     if subprocess.run([llama_python, "-c", "import llama_cpp.server.app"],  # noqa: ASYNC221
@@ -423,7 +453,8 @@ async def main() -> None:
 
                         with tempfile.TemporaryDirectory() as tmp:
                             result["turn_taking"] = await turn_taking_phase(
-                                systems, fake, lambda text, pad: speech48k(text, Path(tmp), pad),
+                                systems, fake,
+                                lambda text, pad: speech48k(text, Path(tmp), pad, args.voice),
                                 story, SHORT, LONG, args.turn_cases)
     finally:
         llama.terminate()

@@ -139,6 +139,10 @@ class Settings(BaseSettings):
                                     "when the end-of-turn judges cannot tell "
                                     "(see end_of_turn_model)")
     vad_pre_roll_ms: int = Field(300, ge=0, description="audio kept before speech starts")
+    vad_quiet_below_db: float = Field(40.0, ge=0, le=90, description="after speech, a frame "
+                                      "this many dB below the speech's median level counts as "
+                                      "silence whatever webrtcvad says (its hangover called "
+                                      "~100 ms after the voice voiced; 0: off)")
     vad_duck_ms: int = Field(20, ge=0, description="voiced audio during agent speech that pauses "
                              "the agent's audio until speech is confirmed or rejected (0: off)")
     vad_barge_in_min_speech_ms: int = Field(400, ge=0, description="voiced audio that confirms "

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import scaled
 from tests.rtc.peer import RtcClient
-from voice_server.pipeline.audio import decode_wav
+from voice_server.pipeline.audio import decode_wav, trim_leading_silence, trim_trailing_silence
 from voice_server.server.playout import Clip
 
 pytestmark = pytest.mark.slow
@@ -27,7 +27,11 @@ LONG_ANSWER = ("The weather today is sunny and warm, with a light breeze from th
 
 
 def _wav48(make_speech, text: str, pad=(1.0, 0.0)) -> np.ndarray:
-    return decode_wav(make_speech(text, rate=48000, pad=pad), max_seconds=30, to_rate=48_000)
+    """espeak-ng's speech with exactly ``pad`` seconds of silence around it: espeak-ng adds
+    ~0.2 s of its own at each end, which made a "1.2 s" pause 1.6 s of silence."""
+    pcm = decode_wav(make_speech(text, rate=48000, pad=(0, 0)), max_seconds=30, to_rate=48_000)
+    pcm = trim_trailing_silence(trim_leading_silence(pcm, 48_000, keep_ms=0), 48_000, keep_ms=0)
+    return np.concatenate([_silence(pad[0]), pcm, _silence(pad[1])])
 
 
 def _silence(seconds: float) -> np.ndarray:

@@ -194,9 +194,10 @@ def smart_turn():
 
 
 def _paused_audio(pcm: np.ndarray) -> np.ndarray:
-    """The audio the server judges: the utterance at its first 120 ms pause."""
+    """The audio the server judges at the end: the utterance at its last 120 ms pause (a comma
+    may pause it before)."""
     vad = StreamingVAD(VADSettings(end_silence_ms=1600, spec_silence_ms=120))
-    return next(e.pcm for e in vad.feed(pcm) if e.kind == "pause")
+    return [e.pcm for e in vad.feed(pcm) if e.kind == "pause"][-1]
 
 
 def test_smart_turn_hears_a_finished_question_and_a_speaker_who_goes_on(smart_turn,

@@ -139,7 +139,8 @@ class Listener:
             values["end_silence_ms"] = max(values["end_silence_ms"], s.end_of_turn_max_ms)
         return VADSettings(max_utterance_s=s.max_audio_seconds, duck_ms=s.vad_duck_ms,
                            barge_in_min_speech_ms=s.vad_barge_in_min_speech_ms,
-                           spec_silence_ms=s.vad_spec_silence_ms, **values)
+                           spec_silence_ms=s.vad_spec_silence_ms,
+                           quiet_below_db=s.vad_quiet_below_db, **values)
 
     # ---- audio in --------------------------------------------------------------------------
     async def feed(self, pcm: np.ndarray) -> None:
@@ -208,14 +209,17 @@ class Listener:
             return self._policy.judge(p, None)
         heard = hearing.result()
         verdict = self._policy.judge(p, heard.text, heard.alternatives)
-        if verdict.wait_ms >= self._policy.max_ms:
-            return verdict  # waiting already: the language model could not make it longer
-        try:
-            ending = await self.stt.ending(heard.text)
-        except STTError as exc:
-            log.warning("the language model's end-of-turn judgement failed: %s", exc)
-            return verdict
-        return self._policy.judge(p, heard.text, heard.alternatives, ending)
+        ending = None
+        if verdict.wait_ms < self._policy.max_ms:  # else waiting already: it cannot be longer
+            try:
+                ending = await self.stt.ending(heard.text)
+            except STTError as exc:
+                log.warning("the language model's end-of-turn judgement failed: %s", exc)
+            else:
+                verdict = self._policy.judge(p, heard.text, heard.alternatives, ending)
+        log.debug("end of turn after %d ms of silence: %s (turn model %s, %r, %s)",
+                  verdict.wait_ms, verdict.reason, p, heard.text, ending)
+        return verdict
 
     async def _abandon(self) -> None:
         held, self._held = self._held, None

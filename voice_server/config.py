@@ -152,7 +152,7 @@ class Settings(BaseSettings):
                                      "(speech-to-text, then the LLM) starts speculatively, "
                                      "held until the end of turn confirms it (0: off); 120 ms "
                                      "answers 100 ms sooner than 200 (bench/voice_latency.py); "
-                                     "keep it >= 100 (the utterance's trimmed silence)")
+                                     "keep it >= 120 (the silence an utterance keeps)")
     end_of_turn_model: str = Field(
         "smart-turn", description="end-of-turn model on the audio: 'smart-turn' (bundled Smart "
         "Turn v3.2), a path to such an ONNX file, or 'off' (the transcript's words alone); "

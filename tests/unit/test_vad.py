@@ -111,5 +111,12 @@ def test_silence_counts_from_the_end_of_the_voice_not_webrtcvads_hangover(questi
     off = VADSettings(end_silence_ms=1600, spec_silence_ms=120, quiet_below_db=0)
     assert _silence_counted_from(pcm, off, 500 * level) >= 80  # the hangover removed
     assert _silence_counted_from(pcm, on, 500 * level) <= 40  # two 20 ms frames at most
-    ends = [e for e in run(StreamingVAD(on), pcm) if e.kind == "end"]
+    events = run(StreamingVAD(on), pcm)
+    ends = [e for e in events if e.kind == "end"]
     assert len(ends) == 1 and abs(len(ends[0].pcm) / RATE - len(question) / RATE) < 0.5
+    # the utterance keeps the 120 ms of silence after the voice the speculative pause has (with
+    # 100 ms, through Opus, Whisper once looped back to the start), the same at pause and end
+    pause = next(e for e in events if e.kind == "pause")
+    assert np.array_equal(pause.pcm, ends[0].pcm)
+    tail_ms = (len(pause.pcm) - np.flatnonzero(np.abs(pause.pcm) > 500 * level)[-1]) / RATE * 1e3
+    assert 120 <= tail_ms <= 160, tail_ms

@@ -42,6 +42,9 @@ from .audio import rms
 __all__ = ["StreamingVAD", "VADEvent", "VADSettings"]
 
 RATE = 16_000
+# silence an utterance keeps after the voice: all a speculative pause at 120 ms has (through
+# Opus, with 100 ms, Whisper heard "Tell me a long story about the sea. Tell me")
+KEEP_SILENCE_MS = 120
 
 
 @dataclass(frozen=True)
@@ -217,8 +220,10 @@ class StreamingVAD:
         return True
 
     def _trimmed(self) -> np.ndarray:
-        """The utterance with its trailing silence cut to 100 ms (same at ``pause`` and ``end``)."""
-        keep = len(self._speech) - max(0, self._silence_frames - 5)
+        """The utterance with its trailing silence cut to ``KEEP_SILENCE_MS`` (the same at
+        ``pause`` and ``end``)."""
+        kept = KEEP_SILENCE_MS // self.settings.frame_ms
+        keep = len(self._speech) - max(0, self._silence_frames - kept)
         return np.concatenate(self._speech[:keep])
 
     def _reset(self) -> None:

@@ -19,14 +19,6 @@ Two optional early signals serve latency without changing those decisions:
 
 While ``agent_speaking`` is set, confirming speech needs ``barge_in_min_speech_ms`` of voiced
 audio (an "mm-hm" must not interrupt); ducking makes that longer wait inaudible.
-
-The trailing silence counts from the end of the voice, not from the end of webrtcvad's
-"voiced": webrtcvad keeps calling frames voiced for 80-140 ms after speech stops (its hangover;
-measured on our test speech, even over digital silence), which delayed every end of turn and
-every speculative start by that much. Once speech is confirmed, a frame more than
-``quiet_below_db`` below the utterance's median voiced frame counts as silence whatever
-webrtcvad says (about 1 % of the speech's level at 40 dB: no sound of speech is that quiet
-inside a word, and a noise floor above it leaves webrtcvad's decision as it was).
 """
 
 from __future__ import annotations
@@ -37,14 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 import webrtcvad
 
-from .audio import rms
-
 __all__ = ["StreamingVAD", "VADEvent", "VADSettings"]
 
 RATE = 16_000
-# silence an utterance keeps after the voice: all a speculative pause at 120 ms has (through
-# Opus, with 100 ms, Whisper heard "Tell me a long story about the sea. Tell me")
-KEEP_SILENCE_MS = 120
 
 
 @dataclass(frozen=True)
@@ -59,7 +46,6 @@ class VADSettings:
     duck_ms: int = 0  # voiced audio that emits ``duck`` (0: never)
     spec_silence_ms: int = 0  # trailing silence that emits ``pause`` (0: never)
     barge_in_min_speech_ms: int = 0  # confirmation minimum while the agent speaks (0: same)
-    quiet_below_db: float = 40.0  # a frame this far below the speech's median is silence (0: off)
 
     def __post_init__(self) -> None:
         if self.frame_ms not in (10, 20, 30):
@@ -88,8 +74,6 @@ class StreamingVAD:
         self._voiced_frames = 0
         self._gap_frames = 0
         self._speech: list[np.ndarray] = []
-        self._levels: list[float] = []  # RMS of the utterance's voiced frames
-        self._quiet_ratio = 10 ** (-s.quiet_below_db / 20) if s.quiet_below_db else 0.0
         self._silence_frames = 0
         self._frames_seen = 0
         self._onset_frame = 0
@@ -157,8 +141,6 @@ class StreamingVAD:
         voiced = self._vad.is_speech(frame.tobytes(), RATE)
         if self.speaking:
             self._speech.append(frame)
-            if voiced and self._quiet_ratio:
-                voiced = self._loud_enough(frame)
             self._silence_frames = 0 if voiced else self._silence_frames + 1
             if voiced and self._paused:
                 self._paused = False
@@ -184,7 +166,6 @@ class StreamingVAD:
                 self.speaking = True
                 self._ducked = False
                 self._speech = [*self._pre, *self._candidate]
-                self._levels = [rms(f) for f in self._candidate]
                 self._pre.clear()
                 self._candidate = []
                 return VADEvent("start", self.time_s,
@@ -210,27 +191,15 @@ class StreamingVAD:
         self._pre.append(frame)
         return None
 
-    def _loud_enough(self, frame: np.ndarray) -> bool:
-        """A frame webrtcvad calls voiced: is it loud enough to be voice (see the module
-        docstring)? Only frames that are judged voice count towards the speech's level."""
-        level = rms(frame)
-        if level < float(np.median(self._levels)) * self._quiet_ratio:
-            return False
-        self._levels.append(level)
-        return True
-
     def _trimmed(self) -> np.ndarray:
-        """The utterance with its trailing silence cut to ``KEEP_SILENCE_MS`` (the same at
-        ``pause`` and ``end``)."""
-        kept = KEEP_SILENCE_MS // self.settings.frame_ms
-        keep = len(self._speech) - max(0, self._silence_frames - kept)
+        """The utterance with its trailing silence cut to 100 ms (same at ``pause`` and ``end``)."""
+        keep = len(self._speech) - max(0, self._silence_frames - 5)
         return np.concatenate(self._speech[:keep])
 
     def _reset(self) -> None:
         self.speaking = False
         self._paused = False
         self._speech = []
-        self._levels = []
         self._silence_frames = 0
         self._candidate = []
         self._voiced_frames = 0

@@ -139,8 +139,7 @@ class Listener:
             values["end_silence_ms"] = max(values["end_silence_ms"], s.end_of_turn_max_ms)
         return VADSettings(max_utterance_s=s.max_audio_seconds, duck_ms=s.vad_duck_ms,
                            barge_in_min_speech_ms=s.vad_barge_in_min_speech_ms,
-                           spec_silence_ms=s.vad_spec_silence_ms,
-                           quiet_below_db=s.vad_quiet_below_db, **values)
+                           spec_silence_ms=s.vad_spec_silence_ms, **values)
 
     # ---- audio in --------------------------------------------------------------------------
     async def feed(self, pcm: np.ndarray) -> None:

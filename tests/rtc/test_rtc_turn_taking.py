@@ -223,12 +223,5 @@ async def test_the_user_interrupts_through_the_echo(url, rtc_llm, make_speech):
         mic.say(_wav48(make_speech, "Stop. When does the market open?", pad=(0.0, 0.0)))
         await client.wait_for("tts-cancelled", timeout=scaled(30))
         await client.wait_for("llm", count=2, timeout=scaled(60))
-        # the pause after "Stop." may end a turn of its own first (answered, then interrupted
-        # by the question): the question is asked either way
-        asked: list[str] = []
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(scaled(30)):
-                while not any("market" in text for text in asked):
-                    await asyncio.sleep(0.1)
-                    asked = [r["messages"][-1]["content"].lower() for r in rtc_llm.requests]
-        assert any("market" in text for text in asked), asked
+        asked = rtc_llm.requests[-1]["messages"][-1]["content"].lower()
+        assert "market" in asked, asked

@@ -109,8 +109,11 @@ async def test_a_spoken_question_gets_a_spoken_answer_on_the_same_stream(
         assert v2v < scaled(1.5), f"answer began {v2v:.2f} s after the question"
         assert [m for _, m in phone.marks_echoed] == phone.marks_sent[:2]
         assert phone.clears == []
+        # both sentences were played: voice after the first mark, and about 2 s in all
+        # (Piper's length varies by a few per cent from run to run: 1.98 s was seen)
+        assert phone.played.first_voiced_after(phone.marks_echoed[0][0]) is not None
         heard_s = len(phone.played.pcm()) / 8000
-        assert heard_s > 2.0, heard_s  # two sentences of speech
+        assert heard_s > 1.5, heard_s
     request = phone_llm.requests[-1]["messages"]
     assert "capital" in request[-1]["content"].lower()
 

@@ -266,6 +266,37 @@ def test_later_tokens_give_way_to_urgent_speech_work(llama, monkeypatch) -> None
         engine.close()
 
 
+def test_a_prompt_goes_in_small_steps_while_the_pool_works(llama) -> None:
+    """While STT or TTS runs, a prompt is evaluated a few tokens a step on one thread; the step
+    after the pool goes idle takes the rest on both threads. The answer is the same."""
+    from voice_server.llm import local_engine
+
+    messages = _ask("How far away is the moon?")
+    reference = llama.create_chat_completion(messages=messages, temperature=0.0, max_tokens=16)
+    pool = BusyPool()
+    pool.running_jobs = 1  # e.g. the language model's end-of-turn check
+    engine = local_engine.LlamaEngine(llama, slots=2, n_ctx=2048, n_threads=2, others=pool)
+    steps: list[tuple[int, int]] = []  # (threads, prompt tokens left) before each prompt step
+    step = engine._step
+
+    def watched(group, prompt_chunk):
+        if pending := sum(len(gen.pending) for gen, _ in group):
+            steps.append((engine._threads_now, pending))
+            if len(steps) == 2:
+                pool.running_jobs = 0
+        step(group, prompt_chunk)
+
+    engine._step = watched
+    try:
+        reader = Reader(engine, messages, max_tokens=16)
+        assert reader.wait() == reference["choices"][0]["message"]["content"]
+    finally:
+        engine.close()
+    chunk = local_engine.BUSY_PROMPT_CHUNK
+    prompt = len(reader.gen.prompt)
+    assert steps == [(1, prompt), (1, prompt - chunk), (2, prompt - 2 * chunk)], steps
+
+
 def test_a_new_conversation_shares_another_slot_s_prefix(engine) -> None:
     """A long system prompt evaluated for one conversation is not evaluated again for the
     next: its cells are shared (llama_memory_seq_cp), the rest of the prompt is evaluated."""

@@ -8,7 +8,7 @@ import pytest
 
 from voice_server.compute import ComputePool
 from voice_server.pipeline.audio import decode_wav
-from voice_server.pipeline.stt import WhisperSTT, cut_loop
+from voice_server.pipeline.stt import WhisperSTT, cut_loop, cut_restart
 
 
 def test_a_loop_back_to_the_start_is_cut() -> None:
@@ -28,6 +28,18 @@ def test_a_mid_text_loop_is_cut_only_when_the_budget_ran_out() -> None:
     tokens = [9, 8, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2]
     assert cut_loop(tokens, hit_budget=False) == tokens
     assert cut_loop(tokens, hit_budget=True) == [9, 8, 1, 2, 3, 4]
+
+
+def test_a_short_restart_after_a_finished_sentence_is_cut() -> None:
+    """Whisper's "... the sea. Tell me" when the audio ends soon after the voice; a restart of
+    one word, another sentence, or a sentence that only begins alike is speech and stays."""
+    assert cut_restart("Tell me a long story about the sea. Tell me") == \
+        "Tell me a long story about the sea."
+    assert cut_restart("What is the capital of France? What is.") == \
+        "What is the capital of France?"
+    for kept in ("Stop. Stop.", "Tell me about cats. Tell me about dogs.", "Yes. Yes please",
+                 "What is the capital of France?", "Hello there. How are you?", ""):
+        assert cut_restart(kept) == kept
 
 
 @pytest.mark.slow

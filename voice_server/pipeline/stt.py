@@ -16,6 +16,7 @@ audio's length and a loop back to the start is cut. ``window_s=0`` keeps faster-
 from __future__ import annotations
 
 import importlib.resources
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,8 @@ if TYPE_CHECKING:
     from ..config import Settings
 
 __all__ = [
-    "Hearing", "STTError", "WhisperSTT", "WhisperService", "cut_loop", "default_whisper_dir",
+    "Hearing", "STTError", "WhisperSTT", "WhisperService", "cut_loop", "cut_restart",
+    "default_whisper_dir",
 ]
 
 
@@ -61,6 +63,25 @@ def cut_loop(tokens: list[int], *, hit_budget: bool) -> list[int]:
             if tail >= 3 and tokens[start + period:] == tokens[start:start + tail]:
                 return tokens[:start + period]
     return tokens
+
+
+_RESTART = re.compile(r"^(?P<said>.*?\w[.?!])\s+(?P<again>\w+(?:\W+\w+)+)[\s.?!,]*$", re.S)
+
+
+def cut_restart(text: str) -> str:
+    """Drop a short restart after a finished sentence: Whisper heard the Piper voice's "Tell
+    me a long story about the sea." as "... the sea. Tell me" when the audio ends soon after
+    the voice (2 of 6 renditions with 120 ms after it, 0 of 6 with ~200 ms), a tail of two
+    tokens that ``cut_loop`` keeps ("thank you thank you" is speech). Two or more words after
+    the sentence that begin it again are cut; one word ("Stop. Stop.") is kept."""
+    match = _RESTART.match(text.strip())
+    if match is None:
+        return text
+    said, again = match["said"], match["again"]
+    words = lambda t: re.findall(r"\w+", t.lower())  # noqa: E731
+    head = words(said)
+    tail = words(again)
+    return said if len(tail) < len(head) and head[:len(tail)] == tail else text
 
 
 @dataclass(frozen=True)
@@ -191,8 +212,8 @@ class WhisperService:
             return_scores=True, return_no_speech_prob=True)[0]
         if result.no_speech_prob > _NO_SPEECH:
             return Hearing("")
-        readings = [(tokenizer.decode(cut_loop(tokens, hit_budget=len(tokens) >= budget))
-                     .strip(), score)
+        readings = [(cut_restart(tokenizer.decode(
+                         cut_loop(tokens, hit_budget=len(tokens) >= budget)).strip()), score)
                     for tokens, score in zip(result.sequences_ids, result.scores, strict=True)]
         return Hearing(readings[0][0], tuple(readings))
 

@@ -139,6 +139,10 @@ class Settings(BaseSettings):
                                     "when the end-of-turn judges cannot tell "
                                     "(see end_of_turn_model)")
     vad_pre_roll_ms: int = Field(300, ge=0, description="audio kept before speech starts")
+    vad_quiet_below_db: float = Field(40.0, ge=0, le=90, description="after speech, a frame "
+                                      "this many dB below the speech's median level is not "
+                                      "voice whatever webrtcvad says (its hangover called "
+                                      "~100 ms after the voice voiced; 0: off)")
     vad_duck_ms: int = Field(20, ge=0, description="voiced audio during agent speech that pauses "
                              "the agent's audio until speech is confirmed or rejected (0: off)")
     vad_barge_in_min_speech_ms: int = Field(400, ge=0, description="voiced audio that confirms "
@@ -148,7 +152,7 @@ class Settings(BaseSettings):
                                      "(speech-to-text, then the LLM) starts speculatively, "
                                      "held until the end of turn confirms it (0: off); 120 ms "
                                      "answers 100 ms sooner than 200 (bench/voice_latency.py); "
-                                     "keep it >= 100 (the utterance's trimmed silence)")
+                                     "keep it >= 120 (the silence an utterance keeps)")
     end_of_turn_model: str = Field(
         "smart-turn", description="end-of-turn model on the audio: 'smart-turn' (bundled Smart "
         "Turn v3.2), a path to such an ONNX file, or 'off' (the transcript's words alone); "

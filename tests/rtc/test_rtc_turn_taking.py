@@ -217,11 +217,17 @@ async def test_the_agent_does_not_interrupt_itself_on_its_own_echo(url, rtc_llm,
 
 async def test_the_user_interrupts_through_the_echo(url, rtc_llm, make_speech):
     """The same client, echo at -10 dB: a real question over the agent's echoed voice still
-    stops it, and is answered."""
+    stops it, and is answered; the echo heard before the user spoke is not part of the
+    question."""
     async with _long_answer_with_echo(url, rtc_llm, make_speech, -10) as (client, mic):
         await asyncio.sleep(2.5)
         mic.say(_wav48(make_speech, "Stop. When does the market open?", pad=(0.0, 0.0)))
         await client.wait_for("tts-cancelled", timeout=scaled(30))
         await client.wait_for("llm", count=2, timeout=scaled(60))
         asked = rtc_llm.requests[-1]["messages"][-1]["content"].lower()
-        assert "market" in asked, asked
+        # the question, not the echo alone (tiny.en hears espeak-ng's "market" as "mark get"
+        # in some runs)
+        assert "when does" in asked and "open" in asked, asked
+        # the turn starts near the user's voice, not at the echo that came before it (it
+        # began "the weather today is sunny and warm with a lot. when does ...")
+        assert "the weather today" not in asked, asked

@@ -91,3 +91,70 @@ def test_settings_are_validated():
         VADSettings(frame_ms=25)
     with pytest.raises(ValueError):
         VADSettings(aggressiveness=4)
+
+
+def _events(pcm: np.ndarray, settings: VADSettings, *, agent_speaking: bool = False) -> list:
+    vad = StreamingVAD(settings)
+    vad.agent_speaking = agent_speaking
+    return run(vad, pcm)
+
+
+def _silence_counted_from(events: list, pcm: np.ndarray, settings: VADSettings,
+                          loud: float) -> float:
+    """ms after the last loud sample at which the VAD started counting silence (from the
+    ``pause`` event: emitted after ``spec_silence_ms`` of it)."""
+    pause = next(e for e in events if e.kind == "pause")
+    last_loud = np.flatnonzero(np.abs(pcm) > loud)[-1] / RATE
+    return (pause.at_s - last_loud) * 1000 - settings.spec_silence_ms
+
+
+@pytest.mark.parametrize("level", [1.0, 0.1])
+def test_silence_counts_from_the_end_of_the_voice_not_webrtcvads_hangover(question, level):
+    """webrtcvad calls frames voiced for ~100 ms after the voice stops, even over digital
+    silence; the quiet-tail rule counts them as silence, for a loud and a soft (-20 dB)
+    speaker alike (the floor is relative to the speech's own level). The utterance keeps the
+    120 ms after the voice that a speculative pause has, the same at pause and end."""
+    pcm = (np.concatenate([silence(1), question, silence(2)]) * level).astype(np.int16)
+    on = VADSettings(end_silence_ms=1600, spec_silence_ms=120)
+    off = VADSettings(end_silence_ms=1600, spec_silence_ms=120, quiet_below_db=0)
+    loud = 500 * level
+    assert _silence_counted_from(_events(pcm, off), pcm, off, loud) >= 80  # the hangover
+    events = _events(pcm, on)
+    assert _silence_counted_from(events, pcm, on, loud) <= 40  # two 20 ms frames at most
+    pause = next(e for e in events if e.kind == "pause")
+    ends = [e for e in events if e.kind == "end"]
+    assert len(ends) == 1 and np.array_equal(pause.pcm, ends[0].pcm)
+    tail_ms = (len(pause.pcm) - np.flatnonzero(np.abs(pause.pcm) > loud)[-1]) / RATE * 1e3
+    assert 120 <= tail_ms <= 160, tail_ms
+
+
+def test_over_the_agent_silence_counts_as_webrtcvad_says_and_the_audio_ends_alike(question):
+    """An utterance that starts while the agent speaks may carry its echo: the pause waits out
+    webrtcvad's hangover as before; its audio still ends 120-160 ms after the voice, and the
+    end carries the audio of the pause (the speculation is reused)."""
+    pcm = np.concatenate([silence(1), question, silence(2)])
+    settings = VADSettings(end_silence_ms=1600, spec_silence_ms=120)
+    events = _events(pcm, settings, agent_speaking=True)
+    assert _silence_counted_from(events, pcm, settings, 500) >= 80
+    pause = next(e for e in events if e.kind == "pause")
+    end = next(e for e in events if e.kind == "end")
+    assert np.array_equal(pause.pcm, end.pcm)
+    tail_ms = (len(pause.pcm) - np.flatnonzero(np.abs(pause.pcm) > 500)[-1]) / RATE * 1e3
+    assert 120 <= tail_ms <= 160, tail_ms
+
+
+def test_forget_before_drops_the_start_of_the_utterance(question):
+    """The owner can drop what it knows is not the speaker's (the agent's echo before the
+    user spoke over it): the utterance's audio then starts there, and still ends 120-160 ms
+    after the voice."""
+    pcm = np.concatenate([silence(1), question, silence(2)])
+    vad = StreamingVAD(VADSettings(end_silence_ms=600))
+    events = run(vad, pcm[:RATE * 2])
+    assert [e.kind for e in events] == ["start"]
+    before = vad.utterance_samples
+    vad.forget_before(RATE // 2)
+    assert vad.utterance_samples == before - RATE // 2
+    end = next(e for e in run(vad, pcm[RATE * 2:]) if e.kind == "end")
+    whole = next(e for e in run(StreamingVAD(VADSettings(end_silence_ms=600)), pcm)
+                 if e.kind == "end")
+    assert np.array_equal(end.pcm, whole.pcm[RATE // 2:])

@@ -55,6 +55,7 @@ BARGE_IN_JUDGE_S = 0.3  # speech heard before its words are judged (acknowledgem
 ECHO_DELAY_S = 1.0  # longest delay searched between the agent's audio and its echo
 ECHO_WINDOW_S = 0.6  # the latest voice judged for echo
 ECHO_EVERY_S = 0.2  # speech taken for echo is measured again this often
+PRE_ROLL_S = 0.3  # kept before the voice that ends an echo (the VAD's pre-roll)
 ECHO_WORDS_FROM = 0.2  # below this share of its audio, speech is not echo whatever its words
 RATE = 16_000
 
@@ -139,7 +140,8 @@ class Listener:
             values["end_silence_ms"] = max(values["end_silence_ms"], s.end_of_turn_max_ms)
         return VADSettings(max_utterance_s=s.max_audio_seconds, duck_ms=s.vad_duck_ms,
                            barge_in_min_speech_ms=s.vad_barge_in_min_speech_ms,
-                           spec_silence_ms=s.vad_spec_silence_ms, **values)
+                           spec_silence_ms=s.vad_spec_silence_ms,
+                           quiet_below_db=s.vad_quiet_below_db, **values)
 
     # ---- audio in --------------------------------------------------------------------------
     async def feed(self, pcm: np.ndarray) -> None:
@@ -338,10 +340,17 @@ class Listener:
         turn = self.conversation().interruptible_turn()
         if turn is None and barge.agent_said:  # an acknowledgement that outlived the answer
             return
+        was_echo = self._is_echo(barge.echo_share)
+        voice_from = barge.judged_samples - int((ECHO_WINDOW_S + PRE_ROLL_S) * RATE)
         barge.judged_samples = self._vad.utterance_samples
         barge.echo_share = self._echo_share()
         if self._is_echo(barge.echo_share):
             return
+        if was_echo:  # the user's voice began after the last window found echo: the turn is
+            # theirs from there (the agent's words before it are not the user's, and made
+            # Whisper stop at them or mishear what followed)
+            self._vad.forget_before(max(0, voice_from))
+            barge.judged_samples = self._vad.utterance_samples
         barge.ignored = False
         barge.agent_said = turn.spoken_text() if turn is not None else ""
         barge.detected = time.monotonic()

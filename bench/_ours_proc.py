@@ -3,7 +3,8 @@
 ``python bench/_ours_proc.py '{"llm_provider": ...}'`` prints ``{"port": N}`` once serving, then
 answers each ``dump`` line on stdin with one JSON line: the turn records since the last dump and
 event-loop lag (how late a 20 ms timer fires: blocking work on the loop shows up here).
-EOF on stdin stops it.
+EOF on stdin stops it. With ``BENCH_SERVER_LOG=FILE`` in the environment the server logs at
+DEBUG to FILE (each end-of-turn verdict and its reasons, barge-in decisions).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import asyncio
 import collections
 import contextlib
 import json
+import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -42,6 +45,11 @@ async def main() -> None:
     from voice_server.config import load_settings
     from voice_server.server.app import VoiceServer
 
+    if log_file := os.environ.get("BENCH_SERVER_LOG"):  # the server's own account, at DEBUG
+        logging.basicConfig(filename=log_file, level=logging.DEBUG,
+                            format="%(created).3f %(name)s %(message)s")
+        for name in ("aioice", "aiortc", "asyncio"):
+            logging.getLogger(name).setLevel(logging.WARNING)
     settings = load_settings(**json.loads(sys.argv[1]))
     lags: collections.deque[float] = collections.deque(maxlen=100_000)
     async with VoiceServer(settings) as server:

@@ -336,12 +336,10 @@ class LlamaEngine:
         return False
 
     def _use_threads(self, group: list[tuple[Generation, _Slot]]) -> int:
-        """Set and return the step's threads. A prompt evaluated on one thread because the
-        pool is busy goes ``BUSY_PROMPT_CHUNK`` tokens a step, so that it takes both cores as
-        soon as the pool is idle: the language model's end-of-turn check (~100 ms) runs just
-        as a question's prompt starts, and held a 12-token prompt of the 1.5B model on one
-        thread for all of it (330 ms, against 172 ms on two threads alone, 518 ms on two
-        beside a busy core); in small steps the first token came ~110 ms sooner."""
+        """Set and return the step's threads. A prompt on one thread (the pool busy) goes
+        ``BUSY_PROMPT_CHUNK`` tokens a step, to take both cores once the pool is idle: the
+        end-of-turn check (~100 ms) starts with a question's prompt and kept 12 tokens of the
+        1.5B on one thread (330 ms; two alone 172, two beside a busy core 518)."""
         idle = self._others is None or not self._others.running_jobs
         alone = len(self._active) == 1  # several answers at once: their STT/TTS come and go
         prompt = any(gen.pending for gen, _ in group)

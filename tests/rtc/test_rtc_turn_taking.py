@@ -223,11 +223,17 @@ async def test_the_user_interrupts_through_the_echo(url, rtc_llm, make_speech):
         await asyncio.sleep(2.5)
         mic.say(_wav48(make_speech, "Stop. When does the market open?", pad=(0.0, 0.0)))
         await client.wait_for("tts-cancelled", timeout=scaled(30))
-        await client.wait_for("llm", count=2, timeout=scaled(60))
-        asked = rtc_llm.requests[-1]["messages"][-1]["content"].lower()
-        # the question, not the echo alone (tiny.en hears espeak-ng's "market" as "mark get"
-        # in some runs)
-        assert "when does" in asked and "open" in asked, asked
+        # the question is asked; "Stop." and its pause may make a turn of their own first
+        # (tiny.en seldom hears espeak-ng's "Stop.", and its "market" is sometimes "mark get")
+        def questions() -> list[str]:
+            texts = [m["messages"][-1]["content"].lower() for m in rtc_llm.requests]
+            return [text for text in texts if "when does" in text]
+
+        async with asyncio.timeout(scaled(60)):
+            while not questions():  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+        asked = questions()
+        assert "open" in asked[-1], asked
         # the turn starts near the user's voice, not at the echo that came before it (it
         # began "the weather today is sunny and warm with a lot. when does ...")
-        assert "the weather today" not in asked, asked
+        assert "the weather today" not in asked[-1], asked

@@ -55,7 +55,6 @@ BARGE_IN_JUDGE_S = 0.3  # speech heard before its words are judged (acknowledgem
 ECHO_DELAY_S = 1.0  # longest delay searched between the agent's audio and its echo
 ECHO_WINDOW_S = 0.6  # the latest voice judged for echo
 ECHO_EVERY_S = 0.2  # speech taken for echo is measured again this often
-PRE_ROLL_S = 0.3  # kept before the voice that ends an echo (the VAD's pre-roll)
 ECHO_WORDS_FROM = 0.2  # below this share of its audio, speech is not echo whatever its words
 RATE = 16_000
 
@@ -341,7 +340,8 @@ class Listener:
         if turn is None and barge.agent_said:  # an acknowledgement that outlived the answer
             return
         was_echo = self._is_echo(barge.echo_share)
-        voice_from = barge.judged_samples - int((ECHO_WINDOW_S + PRE_ROLL_S) * RATE)
+        voice_from = barge.judged_samples - int(ECHO_WINDOW_S * RATE
+                                                + self.settings.vad_pre_roll_ms * RATE / 1000)
         barge.judged_samples = self._vad.utterance_samples
         barge.echo_share = self._echo_share()
         if self._is_echo(barge.echo_share):

@@ -51,7 +51,8 @@ def test_finished_sentences(text):
     "What is it made of?", "What are you looking at?", "What do you think about?",
     "Who did you go with?", "What does it do?", "Book it for 7.", "What is 8 divided by 2?",
     "Can you tell me how far away the moon is?", "Do you know where the station is?",
-    "I wonder what time it is.",
+    "I wonder what time it is.", "What is the weather like?", "What was the film about?",
+    "What's it made of?", "What's the weather like?",
 ])
 def test_a_question_may_end_on_the_word_its_question_word_completes(text):
     assert not unfinished(text)
@@ -61,7 +62,7 @@ def test_a_question_may_end_on_the_word_its_question_word_completes(text):
     "What is the capital of", "What is the opposite of", "How many hours are in a",
     "Which ocean lies between Europe and", "What do you think of the", "I want to talk about",
     "Can you tell me about", "So what I would like is", "Do you know where the",
-    "Tell me where it is and",
+    "Tell me where it is and", "What's the capital of", "What is the weather in",
 ])
 def test_but_not_on_a_word_that_still_owes_its_object(text):
     assert unfinished(text)

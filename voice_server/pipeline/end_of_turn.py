@@ -73,6 +73,10 @@ of to for with in on at from about into onto by like
 have do be is are was were am
 """.split())
 _ASKING = frozenset("me us know wonder ask remember explain say guess sure idea".split())
+# "What is the weather like?", "What was the film about?": the thing asked about is the subject
+# (no pronoun needed), and "like"/"about" take the question word as their object
+_BE = frozenset("is are was were".split())
+_ASKS_WHAT_IT_IS = frozenset(("like", "about"))
 _SUBJECT_OR_DO = frozenset("""
 i you we they he she it this that these those there
 do does did can could will would should shall may might must
@@ -87,7 +91,8 @@ def unfinished(text: str) -> bool:
         return False
     if stripped.endswith(_TRAILING_OPEN):
         return True
-    words = _WORD.findall(stripped.lower().replace("’", "'"))
+    words = [part for word in _WORD.findall(stripped.lower().replace("’", "'"))
+             for part in _contraction(word)]
     if not words:
         return False
     if words[-1] in _OPEN_ENDED:
@@ -96,9 +101,18 @@ def unfinished(text: str) -> bool:
     return tuple(words[-2:]) in _OPEN_ENDED_PAIRS and (len(words) > 2 or words[0] in ("i", "we"))
 
 
+def _contraction(word: str) -> tuple[str, ...]:
+    """A question word's "'s" spelled out ("what's" -> "what is"): the rules below read it."""
+    head, _, tail = word.partition("'")
+    return (head, "is") if tail == "s" and head in _QUESTION_WORDS else (word,)
+
+
 def _asks_for_its_last_word(words: list[str]) -> bool:
     if words[-1] not in _STRANDABLE:
         return False
+    if words[-1] in _ASKS_WHAT_IT_IS and words[0] == "what" and any(
+            w in _BE for w in words[1:-1]):
+        return True
     if words[0] in _QUESTION_WORDS and any(w in _SUBJECT_OR_DO for w in words[1:-1]):
         return True
     # a question inside a request ends on its verb: "Can you tell me how far away the moon is?"

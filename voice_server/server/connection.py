@@ -156,7 +156,8 @@ class Connection:
             self.server.admission.release(ip)
 
     async def _authenticate(self) -> bool:
-        """A token from ``?token=`` or a first ``{"type": "auth"}`` message (issue 9)."""
+        """A token from ``?token=`` or a first ``{"type": "auth"}`` message (docs/deploy.md,
+        ``AUTH_SECRET``)."""
         assert self.server.signer is not None
         token = query_token(self.ws.path)
         try:

@@ -2,7 +2,7 @@
 
 ``POST /llm_query`` ``{prompt, model?, correlation_id?, depth?}`` -> ``{"response": text}`` and
 ``POST /llm_query_batched`` ``{prompts, ...}`` -> ``{"responses": [text | "Error: ...", ...]}``.
-Status codes follow the origin's ``LLMProxyHandler`` (notes 1.5): transport problems are 400,
+Status codes follow the original broker's ``LLMProxyHandler``: transport problems are 400,
 other paths 404, and every logical error is **200** ``{"error": "..."}``. Calls go straight to
 the in-process ``BrokerService`` and are recorded per ``correlation_id``; the additive
 ``GET /llm_calls/{correlation_id}`` returns them as ``ChatCompletion`` dicts.

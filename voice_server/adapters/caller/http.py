@@ -1,12 +1,12 @@
-"""HTTP transport of the caller: the origin's REST + SSE routes and MCP on one port.
+"""HTTP transport of the caller: the original's REST + SSE routes and MCP on one port.
 
 Spec: specs/sidecar-llm-caller-mcp.md, "Integration context" (loopback-only, 127.0.0.1:4037),
-"Response metadata" and "Transport status & retry semantics". Routes as the origin serves them
-(notes 3.2): ``POST /mcp/chat``, ``POST /mcp/chatStream`` (SSE ending with ``data: [DONE]``),
-``POST /mcp/embed``, ``GET /mcp/models?provider=``, ``GET /health``; MCP streamable HTTP at
-exactly ``/mcp`` (notes 3.4, "Route conflict"); the published schemas at
-``GET /mcp/schemas/v1/<name>.schema.json``. Every answer carries ``x-trace-id``; error bodies
-carry ``traceId``.
+"Response metadata" and "Transport status & retry semantics". Routes as the original serves
+them (docs/sidecar-caller.md): ``POST /mcp/chat``, ``POST /mcp/chatStream`` (SSE ending
+with ``data: [DONE]``), ``POST /mcp/embed``, ``GET /mcp/models?provider=``, ``GET /health``;
+MCP streamable HTTP at exactly ``/mcp`` (beside the REST routes, not in place of them); the
+published schemas at ``GET /mcp/schemas/v1/<name>.schema.json``. Every answer carries
+``x-trace-id``; error bodies carry ``traceId``.
 
 Served by aiohttp like the project's other ports; the MCP SDK's transport is ASGI and is
 called through ``asgi.call_asgi``.
@@ -75,7 +75,7 @@ def _header_value(trace_id: str) -> str:
 
 def _json_response(payload: Any, *, status: int = 200, headers: dict[str, str] | None = None,
                    content_type: str = "application/json") -> web.Response:
-    """JSON as the origin writes it: compact, UTF-8 (not ASCII-escaped), no NaN."""
+    """JSON as the original writes it: compact, UTF-8 (not ASCII-escaped), no NaN."""
     body = json.dumps(payload, ensure_ascii=False, allow_nan=False,
                       separators=(",", ":")).encode("utf-8")
     answer = web.Response(status=status, body=body, headers=headers)

@@ -1,9 +1,9 @@
 """The prompt sidecar's servers: Connect JSON over HTTP and gRPC-JSON on a second port.
 
-Spec: specs/sidecar-prompt-service.md "gRPC (JSON) Flow" and "Health & Readiness"; notes
-4.3-4.6 and 5.2. The origin sniffs gRPC and HTTP/1.1 on one port; Python cannot share a port
-between ``grpcio`` and an HTTP server, so gRPC gets its own (notes 4.6 #7). Both are thin: the
-codec decides every byte, ``PromptService`` does the work.
+Spec: specs/sidecar-prompt-service.md "gRPC (JSON) Flow" and "Health & Readiness"
+(docs/sidecar-prompt.md). The original Go service sniffs gRPC and HTTP/1.1 on one port; Python
+cannot share a port between ``grpcio`` and an HTTP server, so gRPC gets its own. Both are thin:
+the codec decides every byte, ``PromptService`` does the work.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = "prompt.v1.PromptService"
 RUN_PATH = f"/{SERVICE_NAME}/Run"
-DEFAULT_PORT = 53051  # the origin's port (notes 4.1)
+DEFAULT_PORT = 53051  # the original service's port, so its clients need no change
 DEFAULT_GRPC_PORT = 53052
 
 
@@ -83,11 +83,11 @@ class PromptSidecar(HTTPPort):
         return web.Response(body=b'{"status":"ok"}', content_type="application/json")
 
     async def _not_found(self, request: web.Request) -> web.Response:
-        # notes 4.5 check 6: wrong path or method -> Go's plain-text 404
+        # a wrong path or method gets Go's plain-text 404, as the original's clients expect
         return web.Response(status=404, text="404 page not found\n")
 
     async def _connect_run(self, request: web.Request) -> web.Response:
-        """``POST /prompt.v1.PromptService/Run`` (notes 4.3 and 4.6 #1)."""
+        """``POST /prompt.v1.PromptService/Run``: Connect unary JSON, as the original answers it."""
         if request.method != "POST":
             return await self._not_found(request)
         mode = connect_mode(request.headers.get("Content-Type"))
@@ -129,7 +129,8 @@ class PromptSidecar(HTTPPort):
         await self._grpc.start()
 
     async def _grpc_run(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        """Unary ``Run`` (notes 4.4): JSON in, JSON out; errors -> status numbers of 4.6 #3."""
+        """Unary ``Run`` over gRPC with the JSON codec: JSON in, JSON out; errors -> gRPC status
+        numbers (errors.py)."""
         error: PromptError
         try:
             run = parse_run_request(request)

@@ -3,8 +3,9 @@
 ``python bench/_ours_proc.py '{"llm_provider": ...}'`` prints ``{"port": N}`` once serving, then
 answers each ``dump`` line on stdin with one JSON line: the turn records since the last dump and
 event-loop lag (how late a 20 ms timer fires: blocking work on the loop shows up here).
-EOF on stdin stops it. With ``BENCH_SERVER_LOG=FILE`` in the environment the server logs at
-DEBUG to FILE (each end-of-turn verdict and its reasons, barge-in decisions).
+EOF on stdin stops it. With ``BENCH_SERVER_LOG=FILE`` in the environment the server and its
+model workers log at DEBUG to FILE (each end-of-turn verdict and its reasons, barge-in
+decisions, the LLM's prompt tokens and how many were cached).
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ async def main() -> None:
     if log_file := os.environ.get("BENCH_SERVER_LOG"):  # the server's own account, at DEBUG
         logging.basicConfig(filename=log_file, level=logging.DEBUG,
                             format="%(created).3f %(name)s %(message)s")
+        # the model workers log to the stderr they inherit: the same file (both append)
+        with open(log_file, "a") as shared:
+            os.dup2(shared.fileno(), sys.stderr.fileno())
         for name in ("aioice", "aiortc", "asyncio"):
             logging.getLogger(name).setLevel(logging.WARNING)
     settings = load_settings(**json.loads(sys.argv[1]))

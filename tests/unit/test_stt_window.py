@@ -31,12 +31,15 @@ def test_a_mid_text_loop_is_cut_only_when_the_budget_ran_out() -> None:
 
 
 def test_a_short_restart_after_a_finished_sentence_is_cut() -> None:
-    """Whisper's "... the sea. Tell me" when the audio ends soon after the voice; a restart of
-    one word, another sentence, or a sentence that only begins alike is speech and stays."""
+    """Whisper's "... the sea. Tell me" when the audio ends soon after the voice, and a whole
+    question heard twice; a restart of one word, another sentence, or a sentence that only
+    begins alike is speech and stays."""
     assert cut_restart("Tell me a long story about the sea. Tell me") == \
         "Tell me a long story about the sea."
     assert cut_restart("What is the capital of France? What is.") == \
         "What is the capital of France?"
+    assert cut_restart("what animal gives us wool? What animal gives us wool?") == \
+        "what animal gives us wool?"
     for kept in ("Stop. Stop.", "Tell me about cats. Tell me about dogs.", "Yes. Yes please",
                  "What is the capital of France?", "Hello there. How are you?", ""):
         assert cut_restart(kept) == kept

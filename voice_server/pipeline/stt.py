@@ -73,7 +73,10 @@ def cut_restart(text: str) -> str:
     me a long story about the sea." as "... the sea. Tell me" when the audio ends soon after
     the voice (2 of 6 renditions with 120 ms after it, 0 of 6 with ~200 ms), a tail of two
     tokens that ``cut_loop`` keeps ("thank you thank you" is speech). Two or more words after
-    the sentence that begin it again are cut; one word ("Stop. Stop.") is kept."""
+    the sentence that begin it again are cut, the whole sentence again too (tiny.en's "what
+    animal gives us wool? What animal gives us wool?" for one question: ``cut_loop`` compares
+    tokens, and the capital letter made them differ; a question asked twice wants one answer
+    anyway); one word ("Stop. Stop.") is kept."""
     match = _RESTART.match(text.strip())
     if match is None:
         return text
@@ -81,7 +84,7 @@ def cut_restart(text: str) -> str:
     words = lambda t: re.findall(r"\w+", t.lower())  # noqa: E731
     head = words(said)
     tail = words(again)
-    return said if len(tail) < len(head) and head[:len(tail)] == tail else text
+    return said if 2 <= len(tail) <= len(head) and head[:len(tail)] == tail else text
 
 
 @dataclass(frozen=True)

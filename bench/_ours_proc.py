@@ -50,8 +50,9 @@ async def main() -> None:
         logging.basicConfig(filename=log_file, level=logging.DEBUG,
                             format="%(created).3f %(name)s %(message)s")
         # the model workers log to the stderr they inherit: the same file (both append)
-        with open(log_file, "a") as shared:
-            os.dup2(shared.fileno(), sys.stderr.fileno())
+        shared = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(shared, sys.stderr.fileno())
+        os.close(shared)
         for name in ("aioice", "aiortc", "asyncio"):
             logging.getLogger(name).setLevel(logging.WARNING)
     settings = load_settings(**json.loads(sys.argv[1]))

@@ -66,6 +66,7 @@ def cut_loop(tokens: list[int], *, hit_budget: bool) -> list[int]:
 
 
 _RESTART = re.compile(r"^(?P<said>.*?\w[.?!])\s+(?P<again>\w+(?:\W+\w+)+)[\s.?!,]*$", re.S)
+_RESTART_WORD = re.compile(r"\w+")
 
 
 def cut_restart(text: str) -> str:
@@ -81,9 +82,8 @@ def cut_restart(text: str) -> str:
     if match is None:
         return text
     said, again = match["said"], match["again"]
-    words = lambda t: re.findall(r"\w+", t.lower())  # noqa: E731
-    head = words(said)
-    tail = words(again)
+    head = _RESTART_WORD.findall(said.lower())
+    tail = _RESTART_WORD.findall(again.lower())
     return said if 2 <= len(tail) <= len(head) and head[:len(tail)] == tail else text
 
 

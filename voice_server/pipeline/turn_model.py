@@ -27,13 +27,15 @@ from ..compute import ComputePool
 from ..workers import ServiceSpec
 from .pooled import PooledModel, PooledWorker
 from .tts import quiet_onnxruntime
+from .vad import KEEP_SILENCE_MS
 
 __all__ = ["SMART_TURN_SHA256", "SmartTurn", "SmartTurnService", "TurnModelError",
            "default_turn_model"]
 
 RATE = 16_000
 WINDOW = 8 * RATE
-EXTRA_SILENCE = RATE * 80 // 1000  # see features()
+HEARD_SILENCE_MS = 200  # silence after the voice that the model hears (see features())
+EXTRA_SILENCE = RATE * (HEARD_SILENCE_MS - KEEP_SILENCE_MS) // 1000  # beyond the VAD's
 # the file in pipecat-ai 1.14.0; the wheel's publisher is the model's author, the pin guards
 # against a different file under the same name
 SMART_TURN_SHA256 = "2bb026316b14a660486a75b1733cd3fbab8c2fd0314dc9af7be49f8cca967e4f"
@@ -61,10 +63,11 @@ def features(pcm: np.ndarray, extractor: Callable[..., np.ndarray]) -> np.ndarra
     """The model's input for 16 kHz int16 (or float) audio: (1, 80, 800) float32.
 
     ``pcm`` is an utterance as the VAD gives it, with 120 ms of silence after the voice
-    (vad.KEEP_SILENCE_MS); the model hears ``EXTRA_SILENCE`` more, 200 ms in all. Its figure
-    moves with the length of that silence (espeak-ng's "What is the capital of France?" 0.86
-    with 100 ms, 0.56 with 150, 0.97 with 200), and our thresholds were set on about 200 ms:
-    what the utterance kept when its end was counted from webrtcvad's hangover (vad.py)."""
+    (vad.KEEP_SILENCE_MS); the model hears ``EXTRA_SILENCE`` more, ``HEARD_SILENCE_MS`` in
+    all. Its figure moves with the length of that silence (espeak-ng's "What is the capital
+    of France?" 0.86 with 100 ms, 0.56 with 150, 0.97 with 200), and our thresholds were set
+    on about 200 ms: what the utterance kept when its end was counted from webrtcvad's
+    hangover (vad.py)."""
     audio = np.asarray(pcm, dtype=np.float32)
     if np.issubdtype(np.asarray(pcm).dtype, np.integer):
         audio = audio / 32768.0

@@ -1,12 +1,14 @@
-"""Benchmark: llama.cpp speed of the portable build against a native (-march=native) build.
+"""Benchmark: llama.cpp speed of the portable build against its CPU variants and a native build.
 
-Runs the same measurement in each given Python environment (one with the portable build that
-`make serve` installs, one built with `make serve NATIVE=1` or
-`NATIVE=1 scripts/install-llama-cpp.sh VENV/bin/python`), alternating them, and prints JSON:
-prompt evaluation and generation tokens/s per build (median of the rounds) and the ratio
-native / portable. Same model, threads, prompt and greedy decoding for both.
+Runs the same measurement for each build, alternating them, and prints JSON: prompt evaluation
+and generation tokens/s per build (median of the rounds) and each build's ratio over the
+portable baseline. Same model, threads, prompt and greedy decoding for all. The builds: the
+portable baseline of the ``--portable`` venv (what `make serve` installs), each CPU variant
+installed beside it that this CPU runs (loaded through ``LLAMA_CPP_LIB_PATH`` as the server
+loads them; scripts/install-llama-cpp.sh), and, with ``--native``, a venv built with
+`NATIVE=1 scripts/install-llama-cpp.sh VENV/bin/python`.
 
-    python bench/llama_build.py --portable .venv/bin/python --native /work/venv-native/bin/python \
+    python bench/llama_build.py --portable .venv/bin/python [--native VENV/bin/python] \
         [--model FILE.gguf] [--threads 1,2] [--rounds 3]
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -47,10 +50,25 @@ print(json.dumps({"prompt_tokens": len(tokens), "prompt_tps": len(tokens) / prom
 """
 
 
+def _builds(args: argparse.Namespace) -> dict[str, tuple[str, dict[str, str]]]:
+    """name -> (python, extra environment)."""
+    prefix = subprocess.run([args.portable, "-c", "import sys; print(sys.prefix)"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    from voice_server.llm.llama_cpu import build_record, cpu_flags, variants
+
+    builds = {"portable": (args.portable, {})}
+    for build in variants(build_record(prefix), prefix):
+        if set(build.requires) <= cpu_flags():
+            builds[build.name] = (args.portable, build.env)
+    if args.native:
+        builds["native"] = (args.native, {})
+    return builds
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--portable", required=True, help="python of the portable build's venv")
-    ap.add_argument("--native", required=True, help="python of the native build's venv")
+    ap.add_argument("--native", help="python of a native build's venv")
     ap.add_argument("--model", help="GGUF file (default: the bundled model)")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=3)
@@ -59,22 +77,25 @@ def main() -> None:
         from voice_server.llm.local import tiny_gguf_path
 
         args.model = str(tiny_gguf_path())
-    builds = {"portable": args.portable, "native": args.native}
+    builds = _builds(args)
     result: dict = {"model": Path(args.model).name, "rounds": args.rounds, "threads": {}}
     for threads in [int(t) for t in args.threads.split(",")]:
         runs: dict[str, list[dict]] = {name: [] for name in builds}
         for _ in range(args.rounds):
-            for name, python in builds.items():  # alternate, so drift hits both alike
+            for name, (python, env) in builds.items():  # alternate: drift hits all alike
                 out = subprocess.run([python, "-c", CHILD, args.model, str(threads)],
-                                     capture_output=True, text=True, check=True, timeout=600)
+                                     capture_output=True, text=True, check=True, timeout=600,
+                                     env={**os.environ, **env})
                 runs[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
         figures = {name: {"prompt_tps": round(statistics.median(r["prompt_tps"] for r in rs), 1),
                           "gen_tps": round(statistics.median(r["gen_tps"] for r in rs), 1),
                           "system_info": rs[0]["system_info"]}
                    for name, rs in runs.items()}
-        figures["ratio_native_over_portable"] = {
-            key: round(figures["native"][key] / figures["portable"][key], 3)
-            for key in ("prompt_tps", "gen_tps")}
+        for name in builds:
+            if name != "portable":
+                figures[f"ratio_{name}_over_portable"] = {
+                    key: round(figures[name][key] / figures["portable"][key], 3)
+                    for key in ("prompt_tps", "gen_tps")}
         result["threads"][threads] = figures
     print(json.dumps(result, indent=1))
 

@@ -244,6 +244,11 @@ class Settings(BaseSettings):
     llm_temperature: float = Field(0.0, ge=0, le=2, description="sampling temperature (0: "
                                    "the likeliest word each time, the most accurate answers "
                                    "of the bundled models in bench/quality.py)")
+    llm_cpu_kernels: str = Field("auto", min_length=1, description="llama.cpp CPU kernels of "
+                                 "the local model: 'auto' (the fastest build this CPU runs, "
+                                 "AVX-512 where it has it), 'portable' (the x86-64-v3/armv8 "
+                                 "baseline; also to use your own LLAMA_CPP_LIB_PATH) or an "
+                                 "installed build's name ('skylakex', 'icelake')")
     llm_threads: int = Field(2, ge=1, description="CPU threads of the local model while no "
                              "STT/TTS runs (one while they do)")
     llm_slots: int = Field(4, ge=1, le=64, description="answers the local model serves at once, "

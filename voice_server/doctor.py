@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Settings
+from .llm.llama_cpu import PORTABLE, build_record, choose_build, cpu_flags
 from .settings_flags import add_settings_flags, settings_from_args
 
 __all__ = ["Check", "build_record", "changed_libraries", "compiled_features", "cpu_flags",
@@ -49,19 +50,6 @@ class Check:
     seconds: float | None = None
 
 
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags as Linux reports them (empty elsewhere)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return set(value.split())
-    return set()
-
-
 def compiled_features(system_info: str) -> set[str]:
     """``"CPU : SSE3 = 1 | AVX = 1 | ..."`` -> the names set to 1."""
     names = set()
@@ -79,26 +67,22 @@ def llama_build_problems(system_info: str, flags: set[str], machine: str) -> lis
                   if name in table and table[name] not in flags)
 
 
-def build_record() -> dict[str, Any] | None:
-    """What scripts/install-llama-cpp.sh built into this environment, if it did."""
-    path = Path(sys.prefix, "voice_server-llama-build.json")
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def changed_libraries(record: dict[str, Any]) -> list[str]:
-    """The installed llama.cpp libraries whose sha256 is not the one recorded at the build
-    (another install replaced them: perhaps a native wheel from pip's cache)."""
+    """The installed llama.cpp libraries (the baseline's and each CPU variant's) whose
+    sha256 is not the one recorded at the build (another install replaced them: perhaps a
+    native wheel from pip's cache); paths relative to the environment."""
     import hashlib
 
     import llama_cpp
 
-    folder = Path(llama_cpp.__file__).parent / "lib"
-    return sorted(name for name, digest in record.get("libraries", {}).items()
-                  if not (folder / name).is_file()
-                  or hashlib.sha256((folder / name).read_bytes()).hexdigest() != digest)
+    expected = {Path(llama_cpp.__file__).parent / "lib" / name: digest
+                for name, digest in record.get("libraries", {}).items()}
+    for variant in record.get("variants", []):
+        expected.update({Path(sys.prefix, variant["path"], name): digest
+                         for name, digest in variant["libraries"].items()})
+    return sorted(str(path.relative_to(sys.prefix)) for path, digest in expected.items()
+                  if not path.is_file()
+                  or hashlib.sha256(path.read_bytes()).hexdigest() != digest)
 
 
 def _check_cpu(flags: set[str]) -> Check:
@@ -107,7 +91,17 @@ def _check_cpu(flags: set[str]) -> Check:
                  f"features: {' '.join(shown) or 'unknown'}".replace("  ", " "))
 
 
-def _check_llama_build(flags: set[str]) -> list[Check]:
+def _check_kernels(wanted: str, record: dict[str, Any] | None, flags: set[str]) -> Check:
+    built = ", ".join([PORTABLE, *(v["name"] for v in (record or {}).get("variants", []))])
+    try:
+        build = choose_build(wanted, record, flags)
+    except ValueError as exc:
+        return Check("llama.cpp kernels", False, str(exc), "--llm-cpu-kernels auto")
+    why = "the best this CPU runs" if wanted == "auto" else "as configured"
+    return Check("llama.cpp kernels", True, f"{build.name}, {why} (installed: {built})")
+
+
+def _check_llama_build(flags: set[str], settings: Settings) -> list[Check]:
     try:
         from .llm.local_model import llama_system_info
 
@@ -132,6 +126,7 @@ def _check_llama_build(flags: set[str]) -> list[Check]:
                             "only (NATIVE=1); it may crash on another machine"))
     else:
         checks.append(Check("llama.cpp build", True, f"{record['kind']}: {record['cmake_args']}"))
+    checks.append(_check_kernels(settings.llm_cpu_kernels, record, flags))
     return checks
 
 
@@ -204,6 +199,13 @@ async def _model_checks(settings: Settings) -> list[Check]:
             rate = len(parts) / max(1e-3, time.monotonic() - (first or started))
             where = _file(provider.model_path) if hasattr(provider, "model_path") else \
                 f"{settings.llm_base_url} ({settings.llm_model})"
+            if hasattr(provider, "model_path") and \
+                    (kernels := (await provider.health()).get("cpu_kernels")):
+                where += f" on llama.cpp's {kernels} kernels"
+                chosen = choose_build(settings.llm_cpu_kernels, build_record(), cpu_flags())
+                if kernels != chosen.name:
+                    raise RuntimeError(f"the {chosen.name} kernels failed on this CPU and the "
+                                       f"{kernels} ones answered: {where}")
             return (f"{where}; first token {(first or started) - started:.2f} s, "
                     f"{rate:.0f} tokens/s: {''.join(parts).strip()[:60]!r}")
 
@@ -224,7 +226,8 @@ async def _model_checks(settings: Settings) -> list[Check]:
         checks.append(await _timed("stt pass", hear, "check --stt-model (a CTranslate2 Whisper "
                                    "folder) or reinstall: make install"))
         checks.append(await _timed("llm pass", think, "check --llm-model-path / --llm-base-url; "
-                                   "for the embedded model: " + REBUILD))
+                                   "for the embedded model: --llm-cpu-kernels portable, or "
+                                   + REBUILD))
         if settings.end_of_turn_model != "off":
             checks.append(await _timed("end-of-turn pass", judge, "check --end-of-turn-model "
                                        "(smart-turn, an ONNX path or off) or reinstall: "
@@ -241,7 +244,7 @@ def run_checks(settings: Settings) -> list[Check]:
     checks = [Check("python", True, f"{sys.version.split()[0]} on {platform.platform()}"),
               _check_cpu(flags)]
     if settings.llm_provider == "local" or settings.llm_model_path:
-        checks += _check_llama_build(flags)
+        checks += _check_llama_build(flags, settings)
     checks += asyncio.run(_model_checks(settings))
     return checks
 

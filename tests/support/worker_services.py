@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import mmap
 import os
 import signal
 import threading
@@ -42,6 +43,20 @@ class EchoService:
 
     def kill_self(self) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
+
+    def illegal_instruction(self) -> None:
+        """Run an instruction the CPU refuses (x86 ``ud2``, arm64 ``udf #0``), as code built
+        for features this CPU lacks would: the process dies of SIGILL."""
+        code = {"x86_64": b"\x0f\x0b", "aarch64": b"\x00\x00\x00\x00"}.get(os.uname().machine)
+        if code is None:
+            os.kill(os.getpid(), signal.SIGILL)
+        page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+        page.write(code)
+        address = ctypes.addressof(ctypes.c_char.from_buffer(page))
+        ctypes.CFUNCTYPE(None)(address)()
+
+    def environment(self, name: str) -> str | None:
+        return os.environ.get(name)
 
     def count(self, emit: Callable[[Any], None], rid: int, n: int, every_s: float) -> None:
         stop = self._stops.setdefault(rid, threading.Event())

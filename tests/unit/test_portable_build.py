@@ -5,6 +5,7 @@ an install end to end and names what fails."""
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 import shutil
@@ -18,8 +19,10 @@ from voice_server.doctor import (
     build_record,
     changed_libraries,
     compiled_features,
+    cpu_flags,
     llama_build_problems,
 )
+from voice_server.llm.llama_cpu import LlamaCpuBuild, choose_build, variants
 
 llama_cpp = pytest.importorskip("llama_cpp")
 VOICE_SERVER = str(Path(sys.executable).with_name("voice-server"))
@@ -52,17 +55,54 @@ def test_the_installed_llama_cpp_is_the_one_the_portable_script_built() -> None:
     assert record["libraries"] and changed_libraries(record) == []
 
 
-@pytest.mark.skipif(platform.machine() != "x86_64" or shutil.which("objdump") is None,
-                    reason="x86-64 instructions, read with binutils' objdump")
+def _disassembly(lib: Path) -> str:
+    return subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(lib)], capture_output=True,
+                          text=True, check=True, timeout=120).stdout
+
+
+OBJDUMP = pytest.mark.skipif(platform.machine() != "x86_64" or shutil.which("objdump") is None,
+                             reason="x86-64 instructions, read with binutils' objdump")
+AMX = r"\t(tdp\w+|tileload\w*|tilestore\w*|ldtilecfg)\s|%tmm"
+# AVX512-BF16 and AVX512-FP16 (half-precision arithmetic; F16C's vcvtps2ph is allowed)
+BF16_FP16 = r"\t(vdpbf16ps|vcvtne2?ps2bf16|v(?!cvtps2ph)\w+(?:ph|sh))\s"
+# the variants' ggml feature names (llama_print_system_info) beyond the baseline
+VARIANT_ISA = {"skylakex": {"AVX512"}, "icelake": {"AVX512", "AVX512_VBMI", "AVX512_VNNI"}}
+
+
+@OBJDUMP
 def test_the_cpu_kernels_hold_no_avx512_or_amx_instruction() -> None:
     """The machine code itself: no AVX-512 (zmm registers) and no AMX (tile) instruction in
     llama.cpp's CPU kernels, whatever CPU built them; AVX2 (ymm) is there."""
-    lib = Path(llama_cpp.__file__).parent / "lib" / "libggml-cpu.so"
-    code = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(lib)], capture_output=True,
-                          text=True, check=True, timeout=120).stdout
+    code = _disassembly(Path(llama_cpp.__file__).parent / "lib" / "libggml-cpu.so")
     assert "ymm" in code
     found = re.findall(r"\t(\S+)\s.*(?:%zmm|%tmm)|\t(tdpb\w+|tileload\w*|ldtilecfg)", code)
     assert found == [], found[:5]
+
+
+def _record_variants() -> list[LlamaCpuBuild]:
+    record = build_record()
+    if platform.machine() == "x86_64" and record and record["kind"] == "portable-avx2":
+        assert [v.name for v in variants(record)] == ["skylakex", "icelake"]
+    return variants(record)
+
+
+@OBJDUMP
+def test_each_avx512_variant_holds_avx512_and_nothing_beyond_its_level() -> None:
+    """The AVX-512 kernels use zmm registers (else they are pointless) and no AMX, BF16 or
+    FP16 instruction (what crashed in the native build); on a CPU that runs them, llama.cpp
+    names exactly the variant's features."""
+    for build in _record_variants():
+        assert build.path is not None
+        code = _disassembly(build.path / "libggml-cpu.so.0")
+        assert "%zmm" in code, build.name
+        assert re.findall(AMX, code) == [], build.name
+        assert re.findall(BF16_FP16, code) == [], (build.name, re.findall(BF16_FP16, code)[:5])
+        if set(build.requires) <= cpu_flags():
+            info = subprocess.run(
+                [sys.executable, "-c", "import llama_cpp; print(llama_cpp."
+                 "llama_print_system_info().decode())"], env={**os.environ, **build.env},
+                capture_output=True, text=True, check=True, timeout=120).stdout
+            assert compiled_features(info) & ISA == BASELINE["x86_64"] | VARIANT_ISA[build.name]
 
 
 def test_a_build_this_cpu_cannot_run_is_named() -> None:
@@ -101,3 +141,44 @@ def test_doctor_names_a_broken_model_and_the_fix(tmp_path: Path) -> None:
     assert line.startswith("FAIL") and "the tts worker failed to start" in line
     assert "fix: check --tts-voice" in out.stdout
     assert "FAILED: tts pass" in out.stderr and "Traceback" not in out.stdout + out.stderr
+
+
+@pytest.mark.slow
+async def test_the_model_worker_loads_the_best_kernels_this_cpu_runs() -> None:
+    """The embedded model's worker runs the build ``auto`` chooses here (AVX-512 kernels on a
+    CPU with AVX-512, the baseline elsewhere), and llama.cpp in it names no instruction set
+    this CPU lacks."""
+    from voice_server.llm.local import LocalLlamaProvider
+
+    build = choose_build("auto", build_record(), cpu_flags())
+    provider = LocalLlamaProvider(profile="tiny", n_threads=1, slots=1, cpu_build=build)
+    try:
+        await provider.load()
+        assert (await provider.health())["cpu_kernels"] == build.name
+        info = provider.worker.info["system_info"]
+        assert llama_build_problems(info, cpu_flags(), platform.machine()) == []
+        assert ("AVX512 = 1" in info) == (build.name in VARIANT_ISA)
+    finally:
+        await provider.aclose()
+
+
+@pytest.mark.slow
+async def test_kernels_that_fail_to_load_give_way_to_the_baseline(tmp_path: Path) -> None:
+    """A variant folder whose CPU kernels are broken: the model's worker fails to start on
+    them, starts on the portable build instead, and answers."""
+    from voice_server.llm.local import LocalLlamaProvider
+    from voice_server.llm.types import ChatRequest
+
+    lib = Path(llama_cpp.__file__).parent / "lib"
+    for name in ("libllama.so", "libllama.so.0", "libggml.so.0", "libggml-base.so.0"):
+        shutil.copyfile(lib / name, tmp_path / name)
+    (tmp_path / "libggml-cpu.so.0").write_bytes(b"\x7fELF truncated")
+    provider = LocalLlamaProvider(profile="tiny", n_threads=1, slots=1,
+                                  cpu_build=LlamaCpuBuild("broken", tmp_path))
+    try:
+        await provider.load()
+        assert (await provider.health())["cpu_kernels"] == "portable"
+        request = ChatRequest(messages=[{"role": "user", "content": "Say hi."}], max_tokens=8)
+        assert [e.text async for e in provider.stream(request) if e.text]
+    finally:
+        await provider.aclose()

@@ -144,3 +144,33 @@ async def test_restarts_back_off_and_a_call_waits_only_so_long() -> None:
         with pytest.raises(WorkerUnavailable, match="restarting"):
             await worker.call("echo", 1)
         assert 0.25 < time.monotonic() - started < scaled(2)
+
+
+async def test_a_spec_that_cannot_start_gives_way_to_its_fallback() -> None:
+    """The embedded model's AVX-512 kernels behind the portable ones: a spec whose service
+    fails to start is replaced by the fallback at once, which serves from then on."""
+    worker = SupervisedWorker(
+        "test", ServiceSpec(ECHO, {"fail_at_start": "libggml-cpu.so.0: invalid ELF header"},
+                            label="icelake"),
+        fallback=ServiceSpec(ECHO, label="portable"))
+    async with worker:
+        assert worker.spec.label == "portable" and worker.fallback is None
+        assert await worker.call("echo", 1) == 1
+
+
+async def test_an_illegal_instruction_moves_to_the_fallback_and_a_segfault_does_not() -> None:
+    """A worker that dies of SIGILL (code for features this CPU lacks) restarts on its
+    fallback spec; a segfault restarts the same spec. ``env`` reaches the worker's process."""
+    mark = "VOICE_SERVER_TEST_BUILD"
+    worker = SupervisedWorker("test", ServiceSpec(ECHO, env={mark: "icelake"}, label="icelake"),
+                              fallback=ServiceSpec(ECHO, label="portable"))
+    async with worker:
+        assert await worker.call("environment", mark) == "icelake"
+        with pytest.raises(WorkerCrashed, match="SIGSEGV"):
+            await worker.call("segfault")
+        assert await worker.call("environment", mark) == "icelake"
+        with pytest.raises(WorkerCrashed, match="SIGILL"):
+            await worker.call("illegal_instruction")
+        assert await worker.call("environment", mark) is None
+        assert worker.spec.label == "portable"
+        assert worker.health()["last_exit"] == "killed by SIGILL"

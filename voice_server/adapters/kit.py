@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 
 # The settings a sidecar takes from its command line (the rest come from the config file or env).
 LLM_FLAGS = ("llm_provider", "llm_base_url", "llm_api_key", "llm_model", "llm_model_path",
-             "llm_timeout_s", "llm_temperature", "llm_threads", "log_level")
+             "llm_timeout_s", "llm_temperature", "llm_threads", "llm_cpu_kernels", "log_level")
 
 
 def add_llm_flags(parser: argparse.ArgumentParser) -> None:

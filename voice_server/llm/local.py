@@ -21,6 +21,7 @@ from typing import Any
 from ..workers import ServiceSpec, SupervisedWorker, WorkerCallFailed, WorkerError
 from . import errors
 from .errors import LLMBadRequest, LLMError, ModelNotFound
+from .llama_cpu import PORTABLE, LlamaCpuBuild
 from .local_decoding import (
     ToolCallSplitter,
     forced_call,
@@ -36,6 +37,7 @@ from .types import ChatRequest, ChatResult, StreamEvent, Usage
 __all__ = ["LocalLlamaProvider", "tiny_gguf_path"]
 
 TOOL_CALL_TOKENS = 256  # the least room an answer that may call tools gets
+SERVICE = "voice_server.llm.local_model:LlamaService"
 
 
 def tiny_gguf_path() -> Path:
@@ -59,17 +61,21 @@ class LocalLlamaProvider:
         slots: int = 4,
         others: OtherWork | None = None,
         on_restart: Callable[[str], None] | None = None,
+        cpu_build: LlamaCpuBuild | None = None,
     ) -> None:
         self.name = name
         self.model_path = Path(model_path) if model_path else profile_model_path(profile)
         if not self.model_path.is_file():
             raise ModelNotFound(f"local model file not found: {self.model_path}")
         self.default_model = self.model_path.stem
-        spec = ServiceSpec("voice_server.llm.local_model:LlamaService", {
-            "model_path": str(self.model_path), "n_ctx": n_ctx, "n_threads": n_threads,
-            "slots": slots, "others": others})
+        kwargs = {"model_path": str(self.model_path), "n_ctx": n_ctx, "n_threads": n_threads,
+                  "slots": slots, "others": others}
+        portable = ServiceSpec(SERVICE, kwargs, label=PORTABLE)
+        build = cpu_build or LlamaCpuBuild()
+        spec = ServiceSpec(SERVICE, kwargs, env=build.env, label=build.name)
         # tool calls and stream starts are quick to hand over; one thread serves them
-        self.worker = SupervisedWorker("llm", spec, threads=1, on_restart=on_restart)
+        self.worker = SupervisedWorker("llm", spec, threads=1, on_restart=on_restart,
+                                       fallback=portable if spec != portable else None)
 
     async def load(self) -> None:
         """Start the worker now (it loads the model and decodes one token) instead of on the
@@ -173,7 +179,7 @@ class LocalLlamaProvider:
     async def health(self) -> dict[str, Any]:
         worker = self.worker.health()
         return {**worker, "provider": self.name, "model": self.default_model,
-                "loaded": worker["status"] == "ok"}
+                "loaded": worker["status"] == "ok", "cpu_kernels": self.worker.spec.label}
 
     async def aclose(self) -> None:
         """Stop the worker (open answers end with an error)."""

@@ -69,14 +69,19 @@ def _openai_compat(spec: ProviderSpec, registry: ProviderRegistry) -> LLMProvide
 
 def _local(spec: ProviderSpec, registry: ProviderRegistry) -> LLMProvider:
     """The embedded GGUF model in its worker process (llm/local.py)."""
+    from .llama_cpu import build_record, choose_build, cpu_flags
     from .local import LocalLlamaProvider
 
     settings = registry.settings
+    try:
+        build = choose_build(settings.llm_cpu_kernels, build_record(), cpu_flags())
+    except ValueError as exc:
+        raise LLMError(str(exc), provider=spec.provider_name) from None
     return LocalLlamaProvider(
         name=spec.provider_name, model_path=spec.model_path or settings.llm_model_path,
         profile=settings.llm_profile, n_threads=settings.llm_threads, slots=settings.llm_slots,
         n_ctx=settings.llm_context_tokens, others=registry.others,
-        on_restart=registry.on_worker_restart)
+        on_restart=registry.on_worker_restart, cpu_build=build)
 
 
 def _minilm(spec: ProviderSpec, registry: ProviderRegistry) -> LLMProvider:

@@ -44,10 +44,14 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ServiceSpec:
-    """``factory``: ``"package.module:Class"``; built in the worker as ``Class(**kwargs)``."""
+    """``factory``: ``"package.module:Class"``; built in the worker as ``Class(**kwargs)``.
+    ``env``: variables added to the worker's environment (native libraries read some when
+    loaded); ``label``: what this spec runs, for logs and health."""
 
     factory: str
     kwargs: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    label: str = ""
 
     def build(self) -> Any:
         module, _, name = self.factory.partition(":")

@@ -6,7 +6,9 @@ streams over one pipe. When the process dies (a segfault or an illegal instructi
 code, the OOM killer, a stray ``kill -9``), every request in flight fails at once with
 ``WorkerCrashed`` (the caller turns it into its stage's error code: one turn is lost, never
 the server), and the process is started again with exponential backoff. Requests that arrive
-while it restarts wait for it, up to ``wait_ready_s``.
+while it restarts wait for it, up to ``wait_ready_s``. A worker may have a fallback spec (the
+embedded model's baseline llama.cpp build behind an AVX-512 one): it is served from the first
+time the spec fails to start or its process dies of an illegal instruction.
 
 The model is loaded once per worker, so every session shares it, as before. The event loop
 reads each worker's pipe (a socket pair) itself.
@@ -118,9 +120,13 @@ class SupervisedWorker:
     def __init__(self, stage: str, spec: ServiceSpec, *, threads: int = 1,
                  start_timeout_s: float = 300.0, wait_ready_s: float = 30.0,
                  policy: RestartPolicy | None = None,
-                 on_restart: Callable[[str], None] | None = None) -> None:
+                 on_restart: Callable[[str], None] | None = None,
+                 fallback: ServiceSpec | None = None) -> None:
         self.stage = stage
         self.spec = spec
+        # served instead of ``spec`` from the first time ``spec`` fails to start or dies of an
+        # illegal instruction (a build for CPU features this machine lacks after all)
+        self.fallback = fallback
         self.threads = threads
         self.start_timeout_s = start_timeout_s
         self.wait_ready_s = wait_ready_s
@@ -171,6 +177,24 @@ class SupervisedWorker:
                     raise
 
     async def _launch(self) -> None:
+        try:
+            await self._launch_spec()
+        except WorkerStartFailed as exc:
+            if not self._fall_back(str(exc)):
+                raise
+            await self._launch_spec()
+
+    def _fall_back(self, why: str) -> bool:
+        """Serve the fallback spec from now on, if there is one."""
+        if self.fallback is None:
+            return False
+        log.warning("%s (%s); starting the %s worker with %s instead", why,
+                    self.spec.label or self.spec.factory, self.stage,
+                    self.fallback.label or self.fallback.factory)
+        self.spec, self.fallback = self.fallback, None
+        return True
+
+    async def _launch_spec(self) -> None:
         self.state = WorkerState.STARTING
         loop = asyncio.get_running_loop()
         # on the loop's thread: the worker's parent-death signal fires when the thread that
@@ -282,18 +306,20 @@ class SupervisedWorker:
         if gen != self._gen:
             return
         self._gen += 1
-        asyncio.get_running_loop().create_task(self._died(self._proc),
+        asyncio.get_running_loop().create_task(self._died(self._proc, self._first),
                                                name=f"{self.stage}-worker-died")
 
-    async def _died(self, proc: subprocess.Popen[bytes]) -> None:
-        """The pipe ended: the process is gone or going. Its exit status names the cause."""
+    async def _died(self, proc: subprocess.Popen[bytes],
+                    first: asyncio.Future[tuple[str, Any]] | None) -> None:
+        """The pipe ended: the process is gone or going. Its exit status names the cause.
+        ``first``: that process's start, which the next one's must not be taken for."""
         with contextlib.suppress(subprocess.TimeoutExpired):
             await asyncio.to_thread(proc.wait, 2)
         how = describe_exit(proc.poll())
-        if self._first is not None and not self._first.done():  # died while starting
-            self._first.set_result(("failed", f"the process {how}"))
+        if first is not None and not first.done():  # died while starting
+            first.set_result(("failed", f"the process {how}"))
             return
-        if self.state != WorkerState.READY:
+        if self.state != WorkerState.READY or proc is not self._proc:
             return
         self.state = WorkerState.RESTARTING
         self._ready.clear()
@@ -301,6 +327,8 @@ class SupervisedWorker:
         self.last_exit = how
         log.error("the %s worker died (%s); %d request(s) in flight failed; restarting",
                   self.stage, how, self.in_flight)
+        if proc.poll() == -signal.SIGILL:
+            self._fall_back(f"the {self.stage} worker {how}")
         self._fail_all(WorkerCrashed(f"the {self.stage} worker died ({how})"))
         if self.on_restart is not None:
             self.on_restart(self.stage)
@@ -397,7 +425,8 @@ def _spawn(stage: str, spec: ServiceSpec, threads: int) -> tuple[subprocess.Pope
     with ours, theirs:
         # the child inherits the whole environment (not a read of settings: config.py owns
         # those), with our import path so it finds this package however we were started
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        env = {**os.environ, **spec.env,
+               "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         proc = subprocess.Popen(
             [sys.executable, "-m", "voice_server.workers", stage, str(theirs.fileno())],
             pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL)

@@ -16,6 +16,14 @@ def _minutes(hhmm: str) -> int:
     return int(hours) * 60 + int(minutes)
 
 
+def _hhmm(minutes: int) -> str:
+    return f"{minutes // 60:02d}:{minutes % 60:02d}"
+
+
+def _serving(minutes: int) -> bool:
+    return 12 * 60 <= minutes <= 22 * 60
+
+
 def opening_hours(day: str = "today") -> dict:
     day = day.strip().lower()
     if day not in HOURS:
@@ -27,13 +35,15 @@ def opening_hours(day: str = "today") -> dict:
 
 def check_availability(time: str, party_size: int) -> dict:
     minutes = _minutes(time)
-    if not 12 * 60 <= minutes <= 22 * 60:
-        return {"available": False, "reason": "we serve between 12:00 and 22:00"}
+    if not _serving(minutes):
+        closed = {"available": False, "reason": "we serve between 12:00 and 22:00"}
+        if minutes < 12 * 60 and _serving(minutes + 12 * 60):  # "nine" heard as 09:00
+            closed["alternative"] = _hhmm(minutes + 12 * 60)
+        return closed
     if party_size > max(TABLES):
         return {"available": False, "reason": f"our largest table seats {max(TABLES)}"}
     if time in FULL_SLOTS:
-        later = f"{(minutes + 60) // 60:02d}:{minutes % 60:02d}"
-        return {"available": False, "reason": "fully booked", "alternative": later}
+        return {"available": False, "reason": "fully booked", "alternative": _hhmm(minutes + 60)}
     seats = min(s for s in TABLES if s >= party_size)
     return {"available": True, "time": time, "table_seats": seats}
 
@@ -41,7 +51,8 @@ def check_availability(time: str, party_size: int) -> dict:
 def book_table(name: str, time: str, party_size: int) -> dict:
     free = check_availability(time, party_size)
     if not free["available"]:
-        raise ValueError(f"no table at {time}: {free['reason']}")
+        instead = f"; try {free['alternative']}" if "alternative" in free else ""
+        raise ValueError(f"no table at {time}: {free['reason']}{instead}")
     booking = hashlib.sha1(f"{name}|{time}|{party_size}".encode()).hexdigest()[:6].upper()
     return {"booked": True, "booking_id": f"L-{booking}", "name": name, "time": time,
             "party_size": party_size}

@@ -75,8 +75,12 @@ def test_the_note_prompt_shows_the_details_and_every_example_in_full(engine: Eng
      {"party_size": 2, "time": "19:30"}),
     ({"party_size": 3}, "Three people", {"party_size": 3}),
     ({"party_size": 4}, "We are 4", {"party_size": 4}),
-    # a number nobody said is a guess
+    ({"party_size": 2}, "A table for a couple", {"party_size": 2}),
+    ({"party_size": 12}, "twelve of us", {"party_size": 12}),
+    # a number nobody said is a guess, even beside another number
     ({"party_size": 2, "name": "John Doe", "time": "12:00"}, "Yes, please book it.", {}),
+    ({"party_size": 4, "time": "20:30"}, "Then half past eight please.", {"time": "20:30"}),
+    ({"party_size": 8}, "We are 18", {}),
     ({"time": "12:00", "note": "by the window"}, "Noon, by the window",
      {"time": "12:00", "note": "by the window"}),
     # a name must be made of the caller's words

@@ -10,9 +10,11 @@ model, runs the conversation of such a stage. On each user turn:
    model only reads the caller's last message (and the question it answers) and writes what it
    says, ``null`` for the rest. No tool listing: the prompt stays short and cached;
 2. **check**: each value must validate against its own JSON Schema; an ``x-from-caller`` one must
-   be made of the caller's words; a number, or a text with digits (a time, a date), needs a
-   number in the caller's message (digits or an English number word). A value that fails is
-   dropped, not stored: a model that fills a blank with a guess changes nothing;
+   be made of the caller's words; a whole number must be in the caller's message itself (its
+   digits or its English words: "Then half past eight" gives no party size of 4), and a text
+   with digits (a time, a date) needs a number there (digits or an English number word). A
+   value that fails is dropped, not stored: a model that fills a blank with a guess changes
+   nothing;
 3. **act**: when every required argument is known, the engine calls the tool itself (once per set
    of values: a call that failed is not repeated until the caller changes something); otherwise
    the question of the first missing argument (``ask``) is spoken, when the turn gave new facts
@@ -37,6 +39,9 @@ __all__ = ["NOTE_NAME", "FactSheet", "sheets"]
 
 NOTE_NAME = "note_facts"
 _WORDS = re.compile(r"[^\W_]+")
+_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen "
+         "fourteen fifteen sixteen seventeen eighteen nineteen").split()
+_TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
 _NUMBER_WORDS = frozenset(
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
     "fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy "
@@ -129,7 +134,10 @@ class FactSheet:
             if schema.get(FROM_CALLER) and \
                     not set(_WORDS.findall(str(value).lower())) <= heard:
                 continue
-            if _numeric(value) and not _says_a_number(said, heard):
+            if isinstance(value, int) and not isinstance(value, bool):
+                if not _says_integer(value, said, heard):
+                    continue
+            elif _numeric(value) and not _says_a_number(said, heard):
                 continue
             out[name] = value
         return out
@@ -154,6 +162,17 @@ def _numeric(value: Any) -> bool:
 
 def _says_a_number(said: str, heard: set[str]) -> bool:
     return any(ch.isdigit() for ch in said) or bool(heard & _NUMBER_WORDS)
+
+
+def _says_integer(n: int, said: str, heard: set[str]) -> bool:
+    """``n`` in digits or in English words ("four", "twenty five", "a couple", "a dozen")."""
+    if str(n) in re.findall(r"\d+", said) or {2: "couple", 12: "dozen"}.get(n) in heard:
+        return True
+    if 0 <= n < 20:
+        return _ONES[n] in heard
+    if 20 <= n < 100:
+        return {_TENS[n // 10 - 2], *([_ONES[n % 10]] if n % 10 else [])} <= heard
+    return False
 
 
 def sheets(stages: dict[str, Any], tools: dict[str, Tool]) -> dict[str, FactSheet]:

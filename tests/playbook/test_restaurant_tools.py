@@ -1,0 +1,37 @@
+"""The bundled restaurant playbook's tools (playbooks/tools/restaurant.py): a time outside the
+kitchen's hours that is an evening time twelve hours on ("nine" written 09:00) comes back with
+that time as the alternative, as a fully booked slot does, so the agent can offer it."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from tests.playbook.conftest import PLAYBOOKS
+
+_spec = importlib.util.spec_from_file_location("restaurant", PLAYBOOKS / "tools" / "restaurant.py")
+assert _spec is not None and _spec.loader is not None
+restaurant = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(restaurant)
+
+
+def test_a_morning_time_the_kitchen_serves_in_the_evening_offers_the_evening() -> None:
+    assert restaurant.check_availability("09:00", 4) == {
+        "available": False, "reason": "we serve between 12:00 and 22:00", "alternative": "21:00"}
+    assert restaurant.check_availability("08:30", 2)["alternative"] == "20:30"
+
+
+def test_a_time_no_reading_makes_servable_has_no_alternative() -> None:
+    assert "alternative" not in restaurant.check_availability("11:00", 2)  # 23:00: closed
+    assert "alternative" not in restaurant.check_availability("23:00", 2)
+    assert restaurant.check_availability("21:00", 2)["available"] is True
+
+
+def test_booking_a_closed_or_full_time_names_the_time_to_try() -> None:
+    with pytest.raises(ValueError, match=r"no table at 09:00: we serve between 12:00 and "
+                                         r"22:00; try 21:00"):
+        restaurant.book_table("Anna Smith", "09:00", 4)
+    with pytest.raises(ValueError, match="no table at 20:00: fully booked; try 21:00"):
+        restaurant.book_table("Anna Smith", "20:00", 4)
+    assert restaurant.book_table("Anna Smith", "21:00", 4)["booked"] is True

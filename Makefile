@@ -7,7 +7,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 # llama-cpp-python builds from source, for any CPU of this architecture (x86-64-v3 / armv8),
-# never for the build machine's alone: ~10 min on 2 cores once, then cached by flags.
+# never for the build machine's alone, plus AVX-512 kernels the model's worker loads on CPUs
+# that have them: ~10 min on 2 cores once, then cached by flags.
 # `make serve NATIVE=1` builds for this CPU only (a little faster here, crashes elsewhere).
 NATIVE ?= 0
 STAMP := $(VENV)/.installed-native$(NATIVE)

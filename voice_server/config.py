@@ -213,10 +213,15 @@ class Settings(BaseSettings):
     tts_voice: str | None = Field(None, description="Piper .onnx voice path "
                                   "(default: bundled en_US-joe-medium)")
     tts_threads: int = Field(1, ge=1, description="CPU threads for one TTS synthesis")
-    tts_first_piece_words: int = Field(4, ge=0, description="the first spoken piece of an "
+    tts_first_piece_words: int = Field(3, ge=0, description="the first spoken piece of an "
                                        "answer ends after this many words when no clause "
-                                       "ends sooner (0: at the first sentence end); 4 starts "
-                                       "speech ~115 ms sooner than 6 (bench/voice_latency.py)")
+                                       "ends sooner (0: at the first sentence end); 3 starts "
+                                       "speech ~60 ms sooner than 4, 4 ~115 ms sooner than 6 "
+                                       "(bench/voice_latency.py)")
+    tts_second_piece_words: int = Field(8, ge=0, description="the second spoken piece ends "
+                                        "after this many words when no clause ends sooner (0: "
+                                        "at its sentence end): no gap after a short first piece "
+                                        "while a long sentence is written and synthesized")
     tts_max_piece_chars: int = Field(120, ge=20, le=2000, description="no text longer than this "
                                      "goes to TTS at once (a longer sentence is cut at a "
                                      "clause): Piper needs ~1 MB per character while it "

@@ -102,14 +102,19 @@ def test_a_long_first_sentence_is_cut_after_six_words(step):
 
 
 @pytest.mark.parametrize("step", [1, 1000])
-def test_the_server_default_first_piece_of_four_words(step):
-    """The voice server cuts after ``tts_first_piece_words`` (4): Piper starts on less text."""
+def test_the_server_default_pieces_of_three_then_eight_words(step):
+    """The voice server cuts after ``tts_first_piece_words`` (3) and then after
+    ``tts_second_piece_words`` (8): Piper starts on less text, and the second piece is ready
+    before the first has played."""
     from voice_server.config import load_settings
 
-    words = load_settings().tts_first_piece_words
-    text = "The sky looks blue because the air scatters short blue waves of light. Yes."
-    assert stream(text, step, first_max_words=words) == [
-        "The sky looks blue", "because the air scatters short blue waves of light.", "Yes."]
+    settings = load_settings()
+    text = ("The sky looks blue because the air scatters the short blue waves of sunlight "
+            "more than red. Yes.")
+    assert stream(text, step, first_max_words=settings.tts_first_piece_words,
+                  second_max_words=settings.tts_second_piece_words) == [
+        "The sky looks", "blue because the air scatters the short blue",
+        "waves of sunlight more than red.", "Yes."]
 
 
 def test_a_late_clause_does_not_delay_the_first_piece():
@@ -139,3 +144,15 @@ def test_the_server_cuts_pieces_as_its_settings_say():
     pieces = chunker.feed("word " * 30)
     assert pieces and all(len(piece) <= 40 for piece in pieces)
     assert pieces[0] == " ".join(["word"] * 8)  # not cut after 4 words: the setting is 0
+
+
+@pytest.mark.parametrize("step", [1, 4, 1000])
+def test_a_second_piece_may_end_early_too(step):
+    """With ``second_max_words`` the piece after a short first one ends after that many words
+    (no gap while a long sentence is written); the third waits for the sentence end."""
+    text = "The sky is blue because the air scatters short blue waves of light far more " \
+           "than the longer red ones do. Yes."
+    assert stream(text, step, first_max_words=3, second_max_words=8) == [
+        "The sky is", "blue because the air scatters short blue waves",
+        "of light far more than the longer red ones do.", "Yes."]
+    assert stream(text, step, first_max_words=3)[1].endswith("red ones do.")

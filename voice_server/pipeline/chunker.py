@@ -4,8 +4,10 @@ The first piece may end at a clause (comma, colon) once it is long enough, or, w
 ``first_max_words`` words bring no boundary, at the word boundary after them (a number counts
 as one word per digit, up to 6, and a piece never ends right after one): speech starts
 sooner, because Piper's time grows with the text (about 25 ms per word on one core) and a long
-first sentence would delay it. Later pieces end at sentence boundaries. Abbreviations and
-decimals do not split.
+first sentence would delay it. With ``second_max_words`` the second piece may end early the
+same way: a short first piece plays for under a second, and a long second sentence would not
+be written and synthesized by then (a gap in the speech). Later pieces end at sentence
+boundaries. Abbreviations and decimals do not split.
 
 No piece is longer than ``max_chars``: a longer sentence is cut at its last clause boundary
 within the limit (or, without one in its last two thirds, at the last space). Piper needs
@@ -28,11 +30,12 @@ _ABBREV = {"mr", "mrs", "ms", "dr", "prof", "st", "vs", "etc", "e.g", "i.e", "no
 
 class SentenceChunker:
     def __init__(self, *, first_clause_min_words: int = 4, first_max_words: int = 6,
-                 max_chars: int = 120) -> None:
+                 second_max_words: int = 0, max_chars: int = 120) -> None:
         self._buf = ""
         self._emitted = 0
         self._first_clause_min_words = first_clause_min_words
         self._first_max_words = first_max_words
+        self._second_max_words = second_max_words
         self._max_chars = max_chars
 
     def feed(self, text: str) -> list[str]:
@@ -50,7 +53,11 @@ class SentenceChunker:
 
     def _take(self) -> str | None:
         end = self._sentence_end()
-        cut = self._first_cut(end) if self._emitted == 0 else None
+        cut = None
+        if self._emitted == 0:
+            cut = self._early_cut(end, self._first_max_words)
+        elif self._emitted == 1 and self._second_max_words:
+            cut = self._early_cut(end, self._second_max_words)
         if cut is None:
             cut = end
         if cut is not None and len(self._buf[:cut].strip()) <= self._max_chars:
@@ -59,13 +66,13 @@ class SentenceChunker:
             return self._cut(self._long_cut())
         return None
 
-    def _first_cut(self, end: int | None) -> int | None:
-        """Where the first piece ends early: its first clause after enough words, or the soft
-        cut after ``first_max_words``, whichever comes first."""
+    def _early_cut(self, end: int | None, max_words: int) -> int | None:
+        """Where an early piece ends: its first clause after enough words, or the soft cut
+        after ``max_words`` (0: none), whichever comes first."""
         limit = len(self._buf) if end is None else end
         cuts = [match.end() for match in _CLAUSE.finditer(self._buf, 0, limit)
                 if len(self._buf[: match.start()].split()) >= self._first_clause_min_words]
-        if self._first_max_words and (soft := self._soft_cut(end)) is not None:
+        if max_words and (soft := self._soft_cut(end, max_words)) is not None:
             cuts.append(soft)
         return min(cuts, default=None)
 
@@ -91,10 +98,10 @@ class SentenceChunker:
             return match.end()
         return None
 
-    def _soft_cut(self, sentence_end: int | None) -> int | None:
-        """Where to end a long first piece without punctuation: after a complete word (one
-        followed by a space) once ``first_max_words`` words are in, never after a number, and,
-        when the sentence's end is known, only if at least 3 words would follow."""
+    def _soft_cut(self, sentence_end: int | None, max_words: int) -> int | None:
+        """Where to end a long early piece without punctuation: after a complete word (one
+        followed by a space) once ``max_words`` words are in, never after a number, and, when
+        the sentence's end is known, only if at least 3 words would follow."""
         count = 0
         for match in _WORD.finditer(self._buf, 0, sentence_end or len(self._buf)):
             word = match.group()
@@ -102,7 +109,7 @@ class SentenceChunker:
             count += min(digits, 6) if digits else 1  # "2,150,000" is said in many words
             if match.end() == len(self._buf):
                 return None  # the word may continue in the next delta
-            if count >= self._first_max_words and not digits:
+            if count >= max_words and not digits:
                 if sentence_end is not None and len(
                         self._buf[match.end():sentence_end].split()) < 3:
                     return None

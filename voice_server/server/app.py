@@ -68,6 +68,7 @@ class VoiceServer:
                             on_restart=self.metrics.worker_restarted)
         self.new_chunker = functools.partial(
             SentenceChunker, first_max_words=settings.tts_first_piece_words,
+            second_max_words=settings.tts_second_piece_words,
             max_chars=settings.tts_max_piece_chars)
         self.history_window = HistoryWindow.from_settings(settings)
         self.new_guard = functools.partial(

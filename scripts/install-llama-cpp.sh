@@ -94,7 +94,8 @@ build_variant() {  # NAME FLAGS: $CACHE/...-cpu-NAME/libggml-cpu.so.0, the kerne
   fetch_source || return 1
   cmake=(cmake)
   if ! command -v cmake >/dev/null; then  # what the wheel's build got from PyPI, kept apart
-    "$PY" -m pip install --quiet --target "$CACHE/tools" "cmake>=3.21,<5" || return 1
+    [ -x "$CACHE/tools/bin/cmake" ] ||
+      "$PY" -m pip install --quiet --target "$CACHE/tools" "cmake>=3.21,<5" || return 1
     cmake=(env "PYTHONPATH=$CACHE/tools" "$CACHE/tools/bin/cmake")
   fi
   echo "building llama.cpp's CPU kernels for $1 (about 30 s on 2 cores, once)"

@@ -150,6 +150,7 @@ async def _timed(name: str, work: Callable[[], Awaitable[str]], fix: str) -> Che
 async def _model_checks(settings: Settings) -> list[Check]:
     from .compute import ComputePool
     from .llm import ChatRequest
+    from .llm.local import LocalLlamaProvider
     from .llm.registry import build_router
     from .pipeline.audio import resample
     from .pipeline.stt import WhisperSTT
@@ -197,15 +198,13 @@ async def _model_checks(settings: Settings) -> list[Check]:
             if not parts:
                 raise RuntimeError("the model answered nothing")
             rate = len(parts) / max(1e-3, time.monotonic() - (first or started))
-            where = _file(provider.model_path) if hasattr(provider, "model_path") else \
-                f"{settings.llm_base_url} ({settings.llm_model})"
-            if hasattr(provider, "model_path") and \
-                    (kernels := (await provider.health()).get("cpu_kernels")):
-                where += f" on llama.cpp's {kernels} kernels"
-                chosen = choose_build(settings.llm_cpu_kernels, build_record(), cpu_flags())
-                if kernels != chosen.name:
-                    raise RuntimeError(f"the {chosen.name} kernels failed on this CPU and the "
-                                       f"{kernels} ones answered: {where}")
+            where = f"{settings.llm_base_url} ({settings.llm_model})"
+            if isinstance(provider, LocalLlamaProvider):
+                running = (await provider.health())["cpu_kernels"]
+                where = f"{_file(provider.model_path)} on llama.cpp's {running} kernels"
+                if running != provider.cpu_build.name:
+                    raise RuntimeError(f"the {provider.cpu_build.name} kernels failed on this "
+                                       f"CPU and the {running} ones answered: {where}")
             return (f"{where}; first token {(first or started) - started:.2f} s, "
                     f"{rate:.0f} tokens/s: {''.join(parts).strip()[:60]!r}")
 

@@ -71,8 +71,8 @@ class LocalLlamaProvider:
         kwargs = {"model_path": str(self.model_path), "n_ctx": n_ctx, "n_threads": n_threads,
                   "slots": slots, "others": others}
         portable = ServiceSpec(SERVICE, kwargs, label=PORTABLE)
-        build = cpu_build or LlamaCpuBuild()
-        spec = ServiceSpec(SERVICE, kwargs, env=build.env, label=build.name)
+        self.cpu_build = cpu_build or LlamaCpuBuild()  # chosen; health says what runs
+        spec = ServiceSpec(SERVICE, kwargs, env=self.cpu_build.env, label=self.cpu_build.name)
         # tool calls and stream starts are quick to hand over; one thread serves them
         self.worker = SupervisedWorker("llm", spec, threads=1, on_restart=on_restart,
                                        fallback=portable if spec != portable else None)

@@ -46,6 +46,9 @@ def timeline_chart(result: dict[str, Any], path: str) -> None:
     ours = [t for t in phase["ours"].get("sessions_1", {}).get("_turns", []) if t["first_loud"]]
     theirs = [t for t in phase.get("pipecat", {}).get("sessions_1", {}).get("_turns", [])
               if t["first_loud"]]
+    if not ours:  # the printed JSON leaves the per-turn data out: an empty timeline otherwise
+        raise ValueError("no per-turn data: draw from the file bench/voice_latency.py --json "
+                         "wrote, not from its printed output")
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 5), width_ratios=[3, 2])
     y = 0
     labels = []

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Settings
-from .llm.llama_cpu import PORTABLE, build_record, choose_build, cpu_flags
+from .llm.llama_cpu import PORTABLE, build_record, choose_build, cpu_flags, variants
 from .settings_flags import add_settings_flags, settings_from_args
 
 __all__ = ["Check", "build_record", "changed_libraries", "compiled_features", "cpu_flags",
@@ -92,7 +92,7 @@ def _check_cpu(flags: set[str]) -> Check:
 
 
 def _check_kernels(wanted: str, record: dict[str, Any] | None, flags: set[str]) -> Check:
-    built = ", ".join([PORTABLE, *(v["name"] for v in (record or {}).get("variants", []))])
+    built = ", ".join([PORTABLE, *(v.name for v in variants(record))])
     try:
         build = choose_build(wanted, record, flags)
     except ValueError as exc:

@@ -42,10 +42,9 @@ _WORDS = re.compile(r"[^\W_]+")
 _ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen "
          "fourteen fifteen sixteen seventeen eighteen nineteen").split()
 _TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
-_NUMBER_WORDS = frozenset(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-    "fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy "
-    "eighty ninety hundred thousand dozen couple half quarter noon midnight".split())
+_NAMED = {2: "couple", 12: "dozen"}
+_NUMBER_WORDS = frozenset([*_ONES, *_TENS, *_NAMED.values(),
+                           *"hundred thousand half quarter noon midnight".split()])
 
 
 @dataclass(frozen=True)
@@ -166,7 +165,7 @@ def _says_a_number(said: str, heard: set[str]) -> bool:
 
 def _says_integer(n: int, said: str, heard: set[str]) -> bool:
     """``n`` in digits or in English words ("four", "twenty five", "a couple", "a dozen")."""
-    if str(n) in re.findall(r"\d+", said) or {2: "couple", 12: "dozen"}.get(n) in heard:
+    if str(n) in re.findall(r"\d+", said) or _NAMED.get(n) in heard:
         return True
     if 0 <= n < 20:
         return _ONES[n] in heard

@@ -148,11 +148,12 @@ class Settings(BaseSettings):
     vad_barge_in_min_speech_ms: int = Field(400, ge=0, description="voiced audio that confirms "
                                             "a barge-in while the agent speaks (0: as "
                                             "vad_min_speech_ms)")
-    vad_spec_silence_ms: int = Field(120, ge=0, description="silence after which the answer "
+    vad_spec_silence_ms: int = Field(60, ge=0, description="silence after which the answer "
                                      "(speech-to-text, then the LLM) starts speculatively, "
-                                     "held until the end of turn confirms it (0: off); 120 ms "
-                                     "answers 100 ms sooner than 200 (bench/voice_latency.py); "
-                                     "keep it >= 120 (the silence an utterance keeps)")
+                                     "held until the end of turn confirms it (0: off); 60 ms "
+                                     "answers ~60 ms sooner than 120 (bench/voice_latency.py); "
+                                     "below 120 ms the utterance is padded with digital "
+                                     "silence to the 120 ms speech to text hears after it")
     end_of_turn_model: str = Field(
         "smart-turn", description="end-of-turn model on the audio: 'smart-turn' (bundled Smart "
         "Turn v3.2), a path to such an ONNX file, or 'off' (the transcript's words alone); "

@@ -128,6 +128,24 @@ def test_silence_counts_from_the_end_of_the_voice_not_webrtcvads_hangover(questi
     assert 120 <= tail_ms <= 160, tail_ms
 
 
+def test_an_earlier_pause_pads_the_same_tail_with_digital_silence(question):
+    """A pause at 60 ms carries the 60 ms heard after the voice, then 60 ms of zeros: the
+    same length as a pause at 120 ms (speech to text hears the same), the room's sound where
+    there was time to hear it, and the end carries exactly the pause's audio."""
+    pcm = np.concatenate([silence(1), question, silence(3)])
+    pcm = pcm + noise(len(pcm) / RATE, level=30, seed=3)  # a quiet room, never voice
+    early = _events(pcm, VADSettings(end_silence_ms=1600, spec_silence_ms=60))
+    late = _events(pcm, VADSettings(end_silence_ms=1600, spec_silence_ms=120))
+    pause = [e for e in early if e.kind == "pause"][-1]
+    end = next(e for e in early if e.kind == "end")
+    assert np.array_equal(pause.pcm, end.pcm)
+    assert len(end.pcm) == len(next(e for e in late if e.kind == "end").pcm)
+    heard = RATE * 60 // 1000
+    assert not end.pcm[-heard:].any()  # padded
+    assert np.count_nonzero(end.pcm[-2 * heard:-heard]) > heard // 2  # the room, as heard
+    assert pause.at_s < [e for e in late if e.kind == "pause"][-1].at_s
+
+
 def test_over_the_agent_silence_counts_as_webrtcvad_says_and_the_audio_ends_alike(question):
     """An utterance that starts while the agent speaks may carry its echo: the pause waits out
     webrtcvad's hangover as before; its audio still ends 120-160 ms after the voice, and the

@@ -26,11 +26,13 @@ speech, even over digital silence). After speech is confirmed, a frame more than
 ``quiet_below_db`` below the utterance's median voiced frame is not voice whatever webrtcvad
 says (1 % of the speech's level at 40 dB: no sound of speech is that quiet inside a word, and
 a noise floor above it leaves webrtcvad's decision as it was). Every utterance keeps
-``KEEP_SILENCE_MS`` of audio after its voice. The trailing silence that times ``pause`` and
-``end`` counts from the end of the voice too, for an utterance that began while the agent was
-silent; one that began over the agent's speech keeps webrtcvad's count: its audio may carry the
-agent's echo, whose short gaps between words would otherwise make pauses (a turn of echoed
-words ended at the pause after "Stop." in a test of a client without echo cancellation).
+``KEEP_SILENCE_MS`` of audio after its voice (zeros after the pause's silence when the pause
+comes sooner: ``pause`` and ``end`` must carry the same audio). The trailing silence that
+times ``pause`` and ``end`` counts from the end of the voice too, for an utterance that began
+while the agent was silent; one that began over the agent's speech keeps webrtcvad's count: its
+audio may carry the agent's echo, whose short gaps between words would otherwise make pauses (a
+turn of echoed words ended at the pause after "Stop." in a test of a client without echo
+cancellation).
 """
 
 from __future__ import annotations
@@ -242,10 +244,18 @@ class StreamingVAD:
         return True
 
     def _trimmed(self) -> np.ndarray:
-        """The utterance up to ``KEEP_SILENCE_MS`` after its voice (the same at ``pause`` and
-        ``end``)."""
-        keep = self._voice_frames + KEEP_SILENCE_MS // self.settings.frame_ms
-        return np.concatenate(self._speech[:keep])
+        """The utterance with ``KEEP_SILENCE_MS`` after its voice, the same at ``pause`` and
+        ``end``: the audio heard after the voice up to the pause's silence (``spec_silence_ms``,
+        when shorter), then digital silence. Speech to text hears a pause at 60 ms as it hears
+        one at 120 ms (it pads what it is given with zeros anyway; module docstring)."""
+        s = self.settings
+        heard_ms = min(KEEP_SILENCE_MS, s.spec_silence_ms or KEEP_SILENCE_MS)
+        keep = self._voice_frames + heard_ms // s.frame_ms
+        utterance = np.concatenate(self._speech[:keep])
+        if heard_ms == KEEP_SILENCE_MS:
+            return utterance
+        zeros = np.zeros((KEEP_SILENCE_MS - heard_ms) * RATE // 1000, dtype=np.int16)
+        return np.concatenate([utterance, zeros])
 
     def _reset(self) -> None:
         self.speaking = False

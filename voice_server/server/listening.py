@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 
 INTERIM_AFTER_S = 1.5
 INTERIM_EVERY_S = 1.0
+ENDING_AFTER_S = 0.4  # longest wait for the answer to begin before the words are judged
 BARGE_IN_JUDGE_S = 0.3  # speech heard before its words are judged (acknowledgement or not)
 ECHO_DELAY_S = 1.0  # longest delay searched between the agent's audio and its echo
 ECHO_WINDOW_S = 0.6  # the latest voice judged for echo
@@ -187,13 +188,19 @@ class Listener:
         transcript = self._spawn(self._text_of(hearing), "speculative-text")
         await self.conversation().start_utterance(pcm, output, record, transcript,
                                                    emit=output.emit)
-        verdict = self._spawn(self._judge_turn(pcm, hearing), "end-of-turn")
+        verdict = self._spawn(self._judge_turn(pcm, hearing, output.answering), "end-of-turn")
         self._held = _Speculation(pcm, output, record, verdict)
 
     async def _text_of(self, hearing: Awaitable[Hearing]) -> str:
         return await self.stt.choose(await hearing)
 
-    async def _judge_turn(self, pcm: np.ndarray, hearing: asyncio.Task[Hearing]) -> Verdict:
+    async def _judge_turn(self, pcm: np.ndarray, hearing: asyncio.Task[Hearing],
+                          answering: asyncio.Event) -> Verdict:
+        """The end-of-turn verdict on the speculative pause. The words' language model judges
+        once the answer has begun (``answering``, at most ``ENDING_AFTER_S``): run beside the
+        answer's prompt, its ~30 ms took the LLM's second thread for the whole prompt (first
+        token ~310 -> ~175 ms without it), and the answer's audio comes long after the
+        verdict either way."""
         async def probability() -> float | None:
             if self.turn_model is None:
                 return None
@@ -211,6 +218,9 @@ class Listener:
         verdict = self._policy.judge(p, heard.text, heard.alternatives)
         ending = None
         if verdict.wait_ms < self._policy.max_ms:  # else waiting already: it cannot be longer
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(ENDING_AFTER_S):
+                    await answering.wait()
             try:
                 ending = await self.stt.ending(heard.text)
             except STTError as exc:

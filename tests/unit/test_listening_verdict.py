@@ -1,0 +1,82 @@
+"""The end-of-turn verdict on a speculative pause asks the words' language model only once the
+held answer has begun (server/listening.py ``_judge_turn``): beside the answer's prompt it took
+the LLM's second thread. Without an answer it judges anyway, after ``ENDING_AFTER_S``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+
+from voice_server.config import load_settings
+from voice_server.pipeline.end_of_turn import Ending
+from voice_server.pipeline.speech import HeldOutput
+from voice_server.pipeline.stt import Hearing
+from voice_server.protocol import LLMChunk, Transcript
+from voice_server.server import listening
+from voice_server.server.listening import Listener
+
+
+class _Words:
+    """Speech to text that hears one finished question and notes when its ending is asked."""
+
+    def __init__(self) -> None:
+        self.asked_at: float | None = None
+
+    async def hear(self, pcm: np.ndarray, *, urgent: bool = True) -> Hearing:
+        return Hearing("What is the capital of France?")
+
+    async def ending(self, text: str) -> Ending:
+        self.asked_at = time.monotonic()
+        return Ending(0.9, -0.5)
+
+
+class _Conversation:
+    agent_speaking = False
+
+    def turn_taking(self) -> dict:
+        return {}
+
+
+class _Voice:
+    async def complete(self, pcm: np.ndarray) -> float:
+        return 0.95
+
+
+class _Silent:
+    async def play(self, text: str, pcm: np.ndarray, sample_rate: int) -> None: ...
+
+
+async def _nothing(message) -> None: ...
+
+
+def _listener(words: _Words) -> Listener:
+    return Listener(settings=load_settings(), conversation=_Conversation, send=_nothing,
+                    stt=words, turn_model=_Voice(), playback=None, speech_output=_Silent,
+                    busy=lambda: False)
+
+
+async def test_the_words_are_judged_once_the_answer_has_begun():
+    words = _Words()
+    held = HeldOutput(_Silent(), _nothing)
+    hearing = asyncio.ensure_future(words.hear(np.zeros(1600, dtype=np.int16)))
+    verdict = asyncio.create_task(
+        _listener(words)._judge_turn(np.zeros(1600, dtype=np.int16), hearing, held.answering))
+    await held.emit(Transcript(text="What is the capital of France?", isFinal=True))
+    await asyncio.sleep(0.1)
+    assert words.asked_at is None and not verdict.done()  # the transcript is not the answer
+    began = time.monotonic()
+    await held.emit(LLMChunk(content="Paris", done=False))
+    result = await asyncio.wait_for(verdict, 1)
+    assert result.complete and words.asked_at >= began
+
+
+async def test_without_an_answer_the_words_are_judged_after_a_bounded_wait():
+    words = _Words()
+    started = time.monotonic()
+    hearing = asyncio.ensure_future(words.hear(np.zeros(1600, dtype=np.int16)))
+    result = await asyncio.wait_for(_listener(words)._judge_turn(
+        np.zeros(1600, dtype=np.int16), hearing, asyncio.Event()), 2)
+    assert result.complete
+    assert words.asked_at - started >= listening.ENDING_AFTER_S - 0.02

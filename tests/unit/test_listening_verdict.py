@@ -1,6 +1,7 @@
-"""The end-of-turn verdict on a speculative pause asks the words' language model only once the
-held answer has begun (server/listening.py ``_judge_turn``): beside the answer's prompt it took
-the LLM's second thread. Without an answer it judges anyway, after ``ENDING_AFTER_S``."""
+"""The end-of-turn verdict on a speculative pause asks the turn model and the words' language
+model only once the held answer has begun (server/listening.py ``_judge_turn``): beside speech
+to text and the answer's prompt they took a core. Without an answer it judges anyway, after
+``ENDING_AFTER_S``."""
 
 from __future__ import annotations
 
@@ -40,7 +41,11 @@ class _Conversation:
 
 
 class _Voice:
+    def __init__(self) -> None:
+        self.asked_at: float | None = None
+
     async def complete(self, pcm: np.ndarray) -> float:
+        self.asked_at = time.monotonic()
         return 0.95
 
 
@@ -51,32 +56,34 @@ class _Silent:
 async def _nothing(message) -> None: ...
 
 
-def _listener(words: _Words) -> Listener:
+def _listener(words: _Words, voice: _Voice) -> Listener:
     return Listener(settings=load_settings(), conversation=_Conversation, send=_nothing,
-                    stt=words, turn_model=_Voice(), playback=None, speech_output=_Silent,
+                    stt=words, turn_model=voice, playback=None, speech_output=_Silent,
                     busy=lambda: False)
 
 
-async def test_the_words_are_judged_once_the_answer_has_begun():
-    words = _Words()
+async def test_the_turn_is_judged_once_the_answer_has_begun():
+    words, voice = _Words(), _Voice()
     held = HeldOutput(_Silent(), _nothing)
     hearing = asyncio.ensure_future(words.hear(np.zeros(1600, dtype=np.int16)))
     verdict = asyncio.create_task(
-        _listener(words)._judge_turn(np.zeros(1600, dtype=np.int16), hearing, held.answering))
+        _listener(words, voice)._judge_turn(np.zeros(1600, dtype=np.int16), hearing,
+                                            held.answering))
     await held.emit(Transcript(text="What is the capital of France?", isFinal=True))
     await asyncio.sleep(0.1)
-    assert words.asked_at is None and not verdict.done()  # the transcript is not the answer
+    assert words.asked_at is None and voice.asked_at is None  # the transcript is no answer
+    assert not verdict.done()
     began = time.monotonic()
     await held.emit(LLMChunk(content="Paris", done=False))
     result = await asyncio.wait_for(verdict, 1)
-    assert result.complete and words.asked_at >= began
+    assert result.complete and words.asked_at >= began and voice.asked_at >= began
 
 
-async def test_without_an_answer_the_words_are_judged_after_a_bounded_wait():
-    words = _Words()
+async def test_without_an_answer_the_turn_is_judged_after_a_bounded_wait():
+    words, voice = _Words(), _Voice()
     started = time.monotonic()
     hearing = asyncio.ensure_future(words.hear(np.zeros(1600, dtype=np.int16)))
-    result = await asyncio.wait_for(_listener(words)._judge_turn(
+    result = await asyncio.wait_for(_listener(words, voice)._judge_turn(
         np.zeros(1600, dtype=np.int16), hearing, asyncio.Event()), 2)
     assert result.complete
-    assert words.asked_at - started >= listening.ENDING_AFTER_S - 0.02
+    assert voice.asked_at - started >= listening.ENDING_AFTER_S - 0.02

@@ -34,7 +34,7 @@ import numpy as np
 from ..metrics import TurnRecord
 from ..pipeline.barge_in import is_backchannel, is_echo, no_words
 from ..pipeline.echo import EchoReference, echo_share
-from ..pipeline.end_of_turn import EndOfTurnPolicy, Verdict
+from ..pipeline.end_of_turn import Ending, EndOfTurnPolicy, Verdict
 from ..pipeline.speech import HeldOutput, SpeechOutput
 from ..pipeline.stt import Hearing, STTError
 from ..pipeline.vad import StreamingVAD, VADEvent, VADSettings
@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 
 INTERIM_AFTER_S = 1.5
 INTERIM_EVERY_S = 1.0
-ENDING_AFTER_S = 0.4  # longest wait for the answer to begin before the words are judged
+ENDING_AFTER_S = 0.4  # longest wait for the answer to begin before the turn is judged
 BARGE_IN_JUDGE_S = 0.3  # speech heard before its words are judged (acknowledgement or not)
 ECHO_DELAY_S = 1.0  # longest delay searched between the agent's audio and its echo
 ECHO_WINDOW_S = 0.6  # the latest voice judged for echo
@@ -196,11 +196,11 @@ class Listener:
 
     async def _judge_turn(self, pcm: np.ndarray, hearing: asyncio.Task[Hearing],
                           answering: asyncio.Event) -> Verdict:
-        """The end-of-turn verdict on the speculative pause. The words' language model judges
-        once the answer has begun (``answering``, at most ``ENDING_AFTER_S``): run beside the
-        answer's prompt, its ~30 ms took the LLM's second thread for the whole prompt (first
-        token ~310 -> ~175 ms without it), and the answer's audio comes long after the
-        verdict either way."""
+        """The end-of-turn verdict on the speculative pause, judged once the answer has begun
+        (``answering``, or after ``ENDING_AFTER_S``): the turn model's and the words' language
+        model's ~50 ms took a core from speech to text (~40 ms later) and the LLM's second
+        thread for the whole prompt (first token ~310 -> ~175 ms without them), and the
+        answer's audio comes long after the verdict either way."""
         async def probability() -> float | None:
             if self.turn_model is None:
                 return None
@@ -210,25 +210,27 @@ class Listener:
                 log.warning("end-of-turn model failed: %s", exc)
                 return None
 
-        p = await probability()
-        await asyncio.wait({hearing})  # never cancels the answer's own transcript
-        if hearing.cancelled() or hearing.exception():
-            return self._policy.judge(p, None)
-        heard = hearing.result()
-        verdict = self._policy.judge(p, heard.text, heard.alternatives)
-        ending = None
-        if verdict.wait_ms < self._policy.max_ms:  # else waiting already: it cannot be longer
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(ENDING_AFTER_S):
-                    await answering.wait()
+        async def ending(text: str) -> Ending | None:
+            if self._policy.judge(1.0, text, alternatives).wait_ms >= self._policy.max_ms:
+                return None  # the words wait already: the language model cannot add to it
             try:
-                ending = await self.stt.ending(heard.text)
+                return await self.stt.ending(text)
             except STTError as exc:
                 log.warning("the language model's end-of-turn judgement failed: %s", exc)
-            else:
-                verdict = self._policy.judge(p, heard.text, heard.alternatives, ending)
+                return None
+
+        await asyncio.wait({hearing})  # never cancels the answer's own transcript
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(ENDING_AFTER_S):
+                await answering.wait()
+        if hearing.cancelled() or hearing.exception():
+            return self._policy.judge(await probability(), None)
+        heard = hearing.result()
+        alternatives = heard.alternatives
+        p, ends = await asyncio.gather(probability(), ending(heard.text))
+        verdict = self._policy.judge(p, heard.text, alternatives, ends)
         log.debug("end of turn after %d ms of silence: %s (turn model %s, %r, %s)",
-                  verdict.wait_ms, verdict.reason, p, heard.text, ending)
+                  verdict.wait_ms, verdict.reason, p, heard.text, ends)
         return verdict
 
     async def _abandon(self) -> None:

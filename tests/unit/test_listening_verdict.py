@@ -1,7 +1,7 @@
 """The end-of-turn verdict on a speculative pause asks the turn model and the words' language
 model only once the held answer has begun (server/listening.py ``_judge_turn``): beside speech
 to text and the answer's prompt they took a core. Without an answer it judges anyway, after
-``ENDING_AFTER_S``."""
+``JUDGE_AFTER_S``."""
 
 from __future__ import annotations
 
@@ -86,4 +86,19 @@ async def test_without_an_answer_the_turn_is_judged_after_a_bounded_wait():
     result = await asyncio.wait_for(_listener(words, voice)._judge_turn(
         np.zeros(1600, dtype=np.int16), hearing, asyncio.Event()), 2)
     assert result.complete
-    assert voice.asked_at - started >= listening.ENDING_AFTER_S - 0.02
+    assert voice.asked_at - started >= listening.JUDGE_AFTER_S - 0.02
+
+
+async def test_speech_to_text_failing_falls_back_at_once():
+    """No transcript, no answer to wait for: the fixed silence decides straight away."""
+    words, voice = _Words(), _Voice()
+
+    async def fail() -> Hearing:
+        raise RuntimeError("the worker died")
+
+    hearing = asyncio.ensure_future(fail())
+    started = time.monotonic()
+    result = await asyncio.wait_for(_listener(words, voice)._judge_turn(
+        np.zeros(1600, dtype=np.int16), hearing, asyncio.Event()), 2)
+    assert result.reason == "fallback" and words.asked_at is None
+    assert time.monotonic() - started < listening.JUDGE_AFTER_S

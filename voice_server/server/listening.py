@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 
 INTERIM_AFTER_S = 1.5
 INTERIM_EVERY_S = 1.0
-ENDING_AFTER_S = 0.4  # longest wait for the answer to begin before the turn is judged
+JUDGE_AFTER_S = 0.4  # longest wait for the held answer to begin before the turn is judged
 BARGE_IN_JUDGE_S = 0.3  # speech heard before its words are judged (acknowledgement or not)
 ECHO_DELAY_S = 1.0  # longest delay searched between the agent's audio and its echo
 ECHO_WINDOW_S = 0.6  # the latest voice judged for echo
@@ -197,7 +197,7 @@ class Listener:
     async def _judge_turn(self, pcm: np.ndarray, hearing: asyncio.Task[Hearing],
                           answering: asyncio.Event) -> Verdict:
         """The end-of-turn verdict on the speculative pause, judged once the answer has begun
-        (``answering``, or after ``ENDING_AFTER_S``): the turn model's and the words' language
+        (``answering``, or after ``JUDGE_AFTER_S``): the turn model's and the words' language
         model's ~50 ms took a core from speech to text (~40 ms later) and the LLM's second
         thread for the whole prompt (first token ~310 -> ~175 ms without them), and the
         answer's audio comes long after the verdict either way."""
@@ -210,25 +210,25 @@ class Listener:
                 log.warning("end-of-turn model failed: %s", exc)
                 return None
 
-        async def ending(text: str) -> Ending | None:
-            if self._policy.judge(1.0, text, alternatives).wait_ms >= self._policy.max_ms:
+        async def ending(heard: Hearing) -> Ending | None:
+            words = self._policy.judge(1.0, heard.text, heard.alternatives)
+            if words.wait_ms >= self._policy.max_ms:
                 return None  # the words wait already: the language model cannot add to it
             try:
-                return await self.stt.ending(text)
+                return await self.stt.ending(heard.text)
             except STTError as exc:
                 log.warning("the language model's end-of-turn judgement failed: %s", exc)
                 return None
 
         await asyncio.wait({hearing})  # never cancels the answer's own transcript
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(ENDING_AFTER_S):
-                await answering.wait()
-        if hearing.cancelled() or hearing.exception():
+        if hearing.cancelled() or hearing.exception():  # no words: no answer to wait for
             return self._policy.judge(await probability(), None)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(JUDGE_AFTER_S):
+                await answering.wait()
         heard = hearing.result()
-        alternatives = heard.alternatives
-        p, ends = await asyncio.gather(probability(), ending(heard.text))
-        verdict = self._policy.judge(p, heard.text, alternatives, ends)
+        p, ends = await asyncio.gather(probability(), ending(heard))
+        verdict = self._policy.judge(p, heard.text, heard.alternatives, ends)
         log.debug("end of turn after %d ms of silence: %s (turn model %s, %r, %s)",
                   verdict.wait_ms, verdict.reason, p, heard.text, ends)
         return verdict

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-STAGES = [("speech-end", "end of turn (VAD)", "#8da0cb"),
-          ("transcript", "speech to text", "#66c2a5"),
-          ("llm-chunk", "LLM first token", "#fc8d62"),
-          ("tts-start", "first clause + TTS", "#e78ac3"),
+STAGES = [("stt_done", "pause + speech to text", "#66c2a5"),
+          ("llm_first_token", "LLM first token", "#fc8d62"),
+          ("first_audio", "first piece + TTS", "#e78ac3"),
           (None, "transport to ear", "#a6d854")]
 
 
@@ -18,21 +17,17 @@ LABELS = {"ours": "voice_server (shared LLM server)",
           "pipecat": "Pipecat (shared LLM server)"}
 
 
-def stage_bars(turn: dict[str, Any]) -> list[tuple[float, float]]:
-    """(start, width) in ms from the end of the user's speech, one per stage."""
-    end = turn["speech_end"]
-    times = []
-    for kind, _, _ in STAGES:
-        if kind is None:
-            t = turn["first_loud"]
-        else:
-            t = next((ts for ts, k in turn.get("dc", []) if k == kind and ts >= end), None)
-        times.append(t)
+def stage_bars(turn: dict[str, Any], record: dict[str, Any]) -> list[tuple[float, float]]:
+    """(start, width) in ms from the end of the user's speech, one per stage: the server's own
+    stage times (its turn record, from the end of the speech it heard), then the client's ear.
+    The end-of-turn decision is not a stage: the answer starts before it (held until it)."""
+    at = record.get("at", {})
     bars, prev = [], 0.0
-    for t in times:
-        at = prev if t is None else max(prev, (t - end) * 1000)
-        bars.append((prev, at - prev))
-        prev = at
+    for key, _, _ in STAGES:
+        t = turn["v2v_ms"] if key is None else at.get(key)
+        end = prev if t is None else max(prev, t)
+        bars.append((prev, end - prev))
+        prev = end
     return bars
 
 
@@ -43,7 +38,9 @@ def timeline_chart(result: dict[str, Any], path: str) -> None:
     import matplotlib.pyplot as plt
 
     phase = result["local_llm"]
-    ours = [t for t in phase["ours"].get("sessions_1", {}).get("_turns", []) if t["first_loud"]]
+    one = phase["ours"].get("sessions_1", {})
+    ours = [(t, r) for t, r in zip(one.get("_turns", []), one.get("_records", []), strict=False)
+            if t["first_loud"]]
     theirs = [t for t in phase.get("pipecat", {}).get("sessions_1", {}).get("_turns", [])
               if t["first_loud"]]
     if not ours:  # the printed JSON leaves the per-turn data out: an empty timeline otherwise
@@ -52,9 +49,13 @@ def timeline_chart(result: dict[str, Any], path: str) -> None:
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 5), width_ratios=[3, 2])
     y = 0
     labels = []
-    for i, turn in enumerate(ours):
-        for (start, width), (_, name, color) in zip(stage_bars(turn), STAGES, strict=True):
+    for i, (turn, record) in enumerate(ours):
+        for (start, width), (_, name, color) in zip(stage_bars(turn, record), STAGES,
+                                                    strict=True):
             ax.barh(y, width, left=start, color=color, label=name if i == 0 else None)
+        if record.get("end_of_turn_ms") is not None:
+            ax.plot([record["end_of_turn_ms"]] * 2, [y - 0.4, y + 0.4], color="black", lw=2,
+                    label="end of turn decided" if i == 0 else None)
         labels.append(f"voice_server #{i + 1}")
         y += 1
     for i, turn in enumerate(theirs):

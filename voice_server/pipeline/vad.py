@@ -89,6 +89,11 @@ class StreamingVAD:
         self.settings = s = settings or VADSettings()
         self._vad = webrtcvad.Vad(s.aggressiveness)
         self._frame = RATE * s.frame_ms // 1000
+        # trailing silent frames that emit ``pause`` (0: never), and those the utterance keeps
+        self._pause_frames = max(1, s.spec_silence_ms // s.frame_ms) if s.spec_silence_ms else 0
+        keep = KEEP_SILENCE_MS // s.frame_ms
+        self._tail_frames = min(keep, self._pause_frames or keep)
+        self._tail_zeros = np.zeros((keep - self._tail_frames) * self._frame, dtype=np.int16)
         self._pending = np.zeros(0, dtype=np.int16)
         self._pre = collections.deque(maxlen=max(1, s.pre_roll_ms // s.frame_ms))
         self._candidate: list[np.ndarray] = []
@@ -186,8 +191,7 @@ class StreamingVAD:
             too_long = len(self._speech) * s.frame_ms / 1000 >= s.max_utterance_s
             if self._silence_frames * s.frame_ms >= s.end_silence_ms or too_long:
                 return self._end()
-            if s.spec_silence_ms and self._silence_frames * s.frame_ms == max(
-                    s.frame_ms, s.spec_silence_ms - s.spec_silence_ms % s.frame_ms):
+            if self._pause_frames and self._silence_frames == self._pause_frames:
                 self._paused = True
                 return VADEvent("pause", self.time_s, pcm=self._trimmed())
             return None
@@ -248,14 +252,10 @@ class StreamingVAD:
         ``end``: the audio heard after the voice up to the pause's silence (``spec_silence_ms``,
         when shorter), then digital silence. Speech to text hears a pause at 60 ms as it hears
         one at 120 ms (it pads what it is given with zeros anyway; module docstring)."""
-        s = self.settings
-        heard_ms = min(KEEP_SILENCE_MS, s.spec_silence_ms or KEEP_SILENCE_MS)
-        keep = self._voice_frames + heard_ms // s.frame_ms
-        utterance = np.concatenate(self._speech[:keep])
-        if heard_ms == KEEP_SILENCE_MS:
+        utterance = np.concatenate(self._speech[:self._voice_frames + self._tail_frames])
+        if not len(self._tail_zeros):
             return utterance
-        zeros = np.zeros((KEEP_SILENCE_MS - heard_ms) * RATE // 1000, dtype=np.int16)
-        return np.concatenate([utterance, zeros])
+        return np.concatenate([utterance, self._tail_zeros])
 
     def _reset(self) -> None:
         self.speaking = False

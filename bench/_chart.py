@@ -39,8 +39,10 @@ def timeline_chart(result: dict[str, Any], path: str) -> None:
 
     phase = result["local_llm"]
     one = phase["ours"].get("sessions_1", {})
-    ours = [(t, r) for t, r in zip(one.get("_turns", []), one.get("_records", []), strict=False)
-            if t["first_loud"]]
+    turns, records = one.get("_turns", []), one.get("_records", [])
+    if len(turns) != len(records):  # paired by position: a missing record shifts every bar
+        raise ValueError(f"{len(turns)} turns but {len(records)} server turn records")
+    ours = [(t, r) for t, r in zip(turns, records, strict=True) if t["first_loud"]]
     theirs = [t for t in phase.get("pipecat", {}).get("sessions_1", {}).get("_turns", [])
               if t["first_loud"]]
     if not ours:  # the printed JSON leaves the per-turn data out: an empty timeline otherwise

@@ -239,7 +239,6 @@ async def session(system: System, wavs: list[np.ndarray], turns: int, offset: in
         connect_ms = round((time.monotonic() - t0) * 1000, 1)
         await asyncio.sleep(0.5)
         for i in range(turns):
-            seen = len(getattr(client, "dc_messages", ()))  # this turn's messages come after
             try:
                 result = await turn(client, wavs[(offset + i) % len(wavs)])
             except TimeoutError:  # the connection died: count it, do not hang the run
@@ -249,10 +248,6 @@ async def session(system: System, wavs: list[np.ndarray], turns: int, offset: in
             print(f"#   {system.name} session {offset} turn {i}: {result['v2v_ms']} ms",
                   file=sys.stderr, flush=True)
             result["connect_ms"] = connect_ms
-            if hasattr(client, "dc_messages"):  # ours: the data channel's stage messages
-                result["dc"] = [(t, m["type"]) for t, m in client.dc_messages[seen:]
-                                if m["type"] in ("speech-end", "transcript", "llm-chunk",
-                                                 "tts-start")]
             out.append(result)
             await asyncio.sleep(0.3)
     return out
@@ -288,7 +283,7 @@ async def concurrency_phase(systems: list[System], wavs, levels: list[int], turn
                 entry["server"]["answers_cut_by_next_question"] = len(dump["turns"]) - len(recs)
                 lag = dump["loop_lag_ms"]
                 entry["loop_lag_ms"] = stats(lag)
-                entry["_records"] = recs
+                entry["_records"] = dump["turns"]  # every turn's, in order (the chart's)
             entry["_turns"] = flat
             result[system.name][f"sessions_{n}"] = entry
             print(f"# {system.name} x{n}: {entry['voice_to_voice_ms']}", file=sys.stderr)

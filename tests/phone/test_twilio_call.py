@@ -163,8 +163,11 @@ async def test_stop_ends_the_call_and_keeps_the_conversation(phone_server, phone
     """The caller hangs up (`stop`): the server closes the stream, the session is saved with
     the turn, nothing of the call stays live."""
     phone_llm.script.clear()
-    # every request gets it: the comma in "Hello, can you hear me?" may start (and drop) a
-    # speculative answer to "Hello" first
+    # every request gets it, whatever speculative answer starts first. One sentence without a
+    # comma: the ~260 ms pause Piper makes after "Hello," in "Hello, can you hear me?" ends
+    # the turn when the verdict on "Hello." (a finished word, ends after 200 ms of silence)
+    # comes before the voice resumes, which a loaded machine decides (one full-suite run of
+    # 2026-11-26 saved two turns); this test is about the call's end, not turn-taking
     phone_llm.default_text = "Hello there."
     async with asyncio.timeout(scaled(10)):  # earlier calls have ended on the server too
         while phone_server.phone.calls:  # noqa: ASYNC110
@@ -172,7 +175,7 @@ async def test_stop_ends_the_call_and_keeps_the_conversation(phone_server, phone
     before = phone_server.admission.total
     try:
         async with call(phone_server, call_sid="CA" + "9" * 32) as phone:
-            phone.say(caller_speech("Hello, can you hear me?"),
+            phone.say(caller_speech("Can you hear me?"),
                       then_silence_s=3.0)
             async with asyncio.timeout(scaled(30)):
                 while not phone.marks_echoed:  # noqa: ASYNC110

@@ -17,6 +17,9 @@ by ``multiprocessing.connection``), server -> worker:
   (cheap, thread-safe notes such as "the reader took a token" or "cancel that stream");
 - ``("exit",)``: close the service and end.
 
+The worker ignores SIGINT and SIGTERM: it ends when told, when the pipe ends, or with the
+server (a parent-death signal on Linux); the supervisor kills one that does not go.
+
 Worker -> server, first: ``("ready", info)`` once the service has loaded its model and passed
 its self-test (one tiny pass), or ``("failed", message)``. A service is built from a
 ``ServiceSpec`` (an importable class and its keyword arguments); it has ``info() -> dict`` and
@@ -75,7 +78,10 @@ def main(argv: list[str]) -> None:
 def serve(conn: Connection, spec: ServiceSpec, threads: int, log_level: int,
           stage: str = "worker") -> None:
     """Build the service, say it is ready, and answer requests until the server goes."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's to handle
+    # Ctrl-C and a stop sent to the whole process group (systemd's default KillMode, `timeout`)
+    # are the server's to handle: it drains its sessions on these workers, then ends them
+    for stop in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop, signal.SIG_IGN)
     with contextlib.suppress(OSError, AttributeError):  # Linux: die with the server, even by -9
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     logging.basicConfig(level=log_level,

@@ -137,14 +137,14 @@ async def test_whisper_s_readings_of_cut_off_questions_hold_the_cut(make_speech)
 
 @pytest.mark.parametrize("text", ["Mm-hmm.", "Yeah.", "Okay.", "Right, right.", "Uh-huh",
                                   "yeah okay", "Got it.", "Sure.", "M-M-M", "Mmm.", "Hmm.",
-                                  "M-M-M-M, yeah, okay."])
+                                  "M-M-M-M, yeah, okay.", "In Mm-hmm.", "and mm"])
 def test_acknowledgements_do_not_take_the_turn(text):
     assert is_backchannel(text)
 
 
 @pytest.mark.parametrize("text", ["Stop please, I have a question.", "Wait, what?",
                                   "No, I meant Tuesday.", "Okay, but what about Paris?",
-                                  "Mm. Stop.", "Hmm, how about Monday?"])
+                                  "Mm. Stop.", "Hmm, how about Monday?", "In a month.", "And?"])
 def test_interruptions_do(text):
     assert not is_backchannel(text)
 

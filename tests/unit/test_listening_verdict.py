@@ -25,7 +25,7 @@ class _Words:
     def __init__(self) -> None:
         self.asked_at: float | None = None
 
-    async def hear(self, pcm: np.ndarray, *, urgent: bool = True) -> Hearing:
+    async def hear(self, pcm: np.ndarray, *, urgent: bool = True, prompt: str = "") -> Hearing:
         return Hearing("What is the capital of France?")
 
     async def ending(self, text: str) -> Ending:

@@ -8,7 +8,16 @@ from __future__ import annotations
 import difflib
 import re
 
-__all__ = ["is_backchannel", "is_echo", "no_words"]
+__all__ = ["HUM_PROMPT", "is_backchannel", "is_echo", "no_words"]
+
+# Whisper's previous-text prompt when it hears speech over the agent. Without it, tiny.en
+# writes a hum as words ("Mm-hmm" -> "in a month.", "I'm Emma."; "Mhm" -> "and make them.";
+# "Hmm" -> "Done."), which then cut the agent off. With it, 116 short clips (hums, "yeah",
+# "okay", and 18 real interruptions from "Stop." and "Wait." to "Can you repeat that?", three
+# Piper renditions and espeak-ng each) are told apart wrongly 3 times instead of 16: one
+# "Mm-hmm" heard as a word, and "Mom." heard as a hum twice. Only this judgement is prompted:
+# a real interruption's words are heard again, unprompted, as the next utterance.
+HUM_PROMPT = "Mm-hmm."
 
 _WORD = re.compile(r"[a-z']+")
 # a hum as speech to text spells it: "M-M-M", "Mmm", "hmm", "mhm", "uhm" (one word however long)
@@ -30,10 +39,16 @@ def no_words(text: str) -> bool:
     return " ".join(_WORD.findall(text.lower())) in _NO_WORDS | {""}
 
 
+# what Whisper writes for a hum's nasal onset before the hum itself ("In Mm-hmm.", "and mm")
+_HUM_ONSET = frozenset({"in", "and", "an"})
+
+
 def is_backchannel(text: str) -> bool:
     """Words that acknowledge without taking the turn: "mm-hmm", "yeah, right", "okay"."""
     text = _HUM_RUN.sub(lambda hum: hum.group(0).replace("-", ""), text.lower())
     words = _WORD.findall(text.replace("-", " "))
+    if len(words) > 1 and words[0] in _HUM_ONSET and all(_HUM.fullmatch(w) for w in words[1:]):
+        return True
     return len(words) <= 4 and all(w in _BACKCHANNEL or _HUM.fullmatch(w) for w in words)
 
 

@@ -180,18 +180,20 @@ class WhisperService:
         """How ``text`` ends, by the language model (None without one)."""
         return None if self._scorer is None else self._scorer.ending(text)
 
-    def hear(self, pcm: np.ndarray) -> Hearing:
+    def hear(self, pcm: np.ndarray, prompt: str = "") -> Hearing:
+        """Whisper's readings of ``pcm``; ``prompt`` is given to the decoder as the text that
+        came before (Whisper's previous-text prompt), which leans it towards such words."""
         model = self._model
         audio = pcm.astype(np.float32) / 32768.0
         if self._window_s and len(audio) + _MARGIN <= 30 * _RATE:
-            return self._hear_window(model, audio)
+            return self._hear_window(model, audio, prompt)
         segments, _info = model.transcribe(
             audio, beam_size=self._beam, language=self._language,
             condition_on_previous_text=False, without_timestamps=True, vad_filter=False,
-            temperature=0.0)
+            temperature=0.0, initial_prompt=prompt or None)
         return Hearing(" ".join(seg.text.strip() for seg in segments).strip())
 
-    def _hear_window(self, model, audio: np.ndarray) -> Hearing:
+    def _hear_window(self, model, audio: np.ndarray, before: str = "") -> Hearing:
         """One utterance encoded in a ``window_s`` window (see the module docstring)."""
         import ctranslate2
         from faster_whisper.tokenizer import Tokenizer
@@ -199,6 +201,8 @@ class WhisperService:
         tokenizer = Tokenizer(model.hf_tokenizer, model.model.is_multilingual,
                               task="transcribe", language=self._language or "en")
         prompt = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
+        if before.strip():
+            prompt = [tokenizer.sot_prev, *tokenizer.encode(" " + before.strip()), *prompt]
         seconds = max(self._window_s, -(-(len(audio) + _MARGIN) // _RATE))  # whole seconds
         window = int(seconds * _RATE)
         padded = np.zeros(window, dtype=np.float32)
@@ -266,9 +270,12 @@ class WhisperSTT(PooledModel):
         compute.py; interim transcripts are not)."""
         return await self._models.call("transcribe", pcm, urgent=urgent)
 
-    async def hear(self, pcm: np.ndarray, *, urgent: bool = True) -> Hearing:
+    async def hear(self, pcm: np.ndarray, *, urgent: bool = True, prompt: str = "") -> Hearing:
         """What the audio alone says, every reading with it (no language model yet: the end of
-        turn is judged on this without waiting for ``choose``)."""
+        turn is judged on this without waiting for ``choose``); ``prompt``: text Whisper is
+        told came before, which leans it towards such words (``WhisperService.hear``)."""
+        if prompt:
+            return await self._models.call("hear", pcm, prompt, urgent=urgent)
         return await self._models.call("hear", pcm, urgent=urgent)
 
     async def ending(self, text: str) -> Ending | None:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from ..metrics import TurnRecord
-from ..pipeline.barge_in import is_backchannel, is_echo, no_words
+from ..pipeline.barge_in import HUM_PROMPT, is_backchannel, is_echo, no_words
 from ..pipeline.echo import EchoReference, echo_share
 from ..pipeline.end_of_turn import Ending, EndOfTurnPolicy, Verdict
 from ..pipeline.speech import HeldOutput, SpeechOutput
@@ -337,8 +337,9 @@ class Listener:
         barge.judge = self._spawn(self._words(pcm), "barge-in-words")
 
     async def _words(self, pcm: np.ndarray) -> str:
-        """The words by the audio alone: enough to tell an acknowledgement, and sooner."""
-        return (await self.stt.hear(pcm)).text
+        """The words by the audio alone: enough to tell an acknowledgement, and sooner;
+        Whisper is told a hum came before (``HUM_PROMPT``), so it writes a hum as one."""
+        return (await self.stt.hear(pcm, prompt=HUM_PROMPT)).text
 
     def _judge_again(self, barge: _BargeIn) -> None:
         """Speech judged not to interrupt goes on (echo of a long answer, or the user who

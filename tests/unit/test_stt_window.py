@@ -40,9 +40,21 @@ def test_a_short_restart_after_a_finished_sentence_is_cut() -> None:
         "What is the capital of France?"
     assert cut_restart("what animal gives us wool? What animal gives us wool?") == \
         "what animal gives us wool?"
+    assert cut_restart("I was thinking that maybe we could talk about the weather. We could "
+                       "talk about") == \
+        "I was thinking that maybe we could talk about the weather."
     for kept in ("Stop. Stop.", "Tell me about cats. Tell me about dogs.", "Yes. Yes please",
-                 "What is the capital of France?", "Hello there. How are you?", ""):
+                 "What is the capital of France?", "Hello there. How are you?", "",
+                 "I like the sea. Do you like the sea?", "Book it. It is late."):
         assert cut_restart(kept) == kept
+
+
+def test_a_sentence_said_three_times_and_more_at_the_end_is_said_once() -> None:
+    """tiny.en's loop on a word heard after a pause: two tokens, below ``cut_loop``'s period."""
+    assert cut_restart("What is the capital of? Germany. Germany. Germany. Germany") == \
+        "What is the capital of? Germany."
+    assert cut_restart("Stop. Stop. Stop.") == "Stop."
+    assert cut_restart("No. No.") == "No. No."
 
 
 @pytest.mark.slow

@@ -74,17 +74,35 @@ def cut_restart(text: str) -> str:
     me a long story about the sea." as "... the sea. Tell me" when the audio ends soon after
     the voice (2 of 6 renditions with 120 ms after it, 0 of 6 with ~200 ms), a tail of two
     tokens that ``cut_loop`` keeps ("thank you thank you" is speech). Two or more words after
-    the sentence that begin it again are cut, the whole sentence again too (tiny.en's "what
-    animal gives us wool? What animal gives us wool?" for one question: ``cut_loop`` compares
-    tokens, and the capital letter made them differ; a question asked twice wants one answer
-    anyway); one word ("Stop. Stop.") is kept."""
+    the sentence that say a run of it again are cut ("... talk about the weather. We could
+    talk about", which also read as unfinished and held the turn open 1.6 s), the whole
+    sentence again too (tiny.en's "what animal gives us wool? What animal gives us wool?" for
+    one question: ``cut_loop`` compares tokens, and the capital letter made them differ; a
+    question asked twice wants one answer anyway); one word ("Stop. Stop.") is kept. So is a
+    sentence said twice, but three or more alike at the end are one ("What is the capital
+    of? Germany. Germany. Germany. Germany": a loop of two tokens, below ``cut_loop``'s
+    period)."""
+    text = _cut_repeated_sentences(text)
     match = _RESTART.match(text.strip())
     if match is None:
         return text
     said, again = match["said"], match["again"]
     head = _RESTART_WORD.findall(said.lower())
     tail = _RESTART_WORD.findall(again.lower())
-    return said if 2 <= len(tail) <= len(head) and head[:len(tail)] == tail else text
+    said_again = any(head[i:i + len(tail)] == tail for i in range(len(head) - len(tail) + 1))
+    return said if len(tail) >= 2 and said_again else text
+
+
+_SENTENCE_END = re.compile(r"(?<=[.?!])\s+")
+
+
+def _cut_repeated_sentences(text: str) -> str:
+    sentences = _SENTENCE_END.split(text.strip())
+    words = [_RESTART_WORD.findall(sentence.lower()) for sentence in sentences]
+    run = 1
+    while run < len(words) and words[-1 - run] == words[-1] and words[-1]:
+        run += 1
+    return " ".join(sentences[:len(sentences) - run + 1]) if run >= 3 else text
 
 
 @dataclass(frozen=True)

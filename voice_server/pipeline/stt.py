@@ -75,7 +75,7 @@ def cut_restart(text: str) -> str:
     the voice (2 of 6 renditions with 120 ms after it, 0 of 6 with ~200 ms), a tail of two
     tokens that ``cut_loop`` keeps ("thank you thank you" is speech). Two or more words after
     the sentence that say a run of it again are cut ("... talk about the weather. We could
-    talk about", which also read as unfinished and held the turn open 1.6 s), the whole
+    talk about", what the LLM was asked in the turn-taking benchmark), the whole
     sentence again too (tiny.en's "what animal gives us wool? What animal gives us wool?" for
     one question: ``cut_loop`` compares tokens, and the capital letter made them differ; a
     question asked twice wants one answer anyway); one word ("Stop. Stop.") is kept. So is a

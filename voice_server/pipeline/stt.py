@@ -211,7 +211,7 @@ class WhisperService:
             temperature=0.0, initial_prompt=prompt or None)
         return Hearing(" ".join(seg.text.strip() for seg in segments).strip())
 
-    def _hear_window(self, model, audio: np.ndarray, before: str = "") -> Hearing:
+    def _hear_window(self, model, audio: np.ndarray, before: str) -> Hearing:
         """One utterance encoded in a ``window_s`` window (see the module docstring)."""
         import ctranslate2
         from faster_whisper.tokenizer import Tokenizer
@@ -292,9 +292,7 @@ class WhisperSTT(PooledModel):
         """What the audio alone says, every reading with it (no language model yet: the end of
         turn is judged on this without waiting for ``choose``); ``prompt``: text Whisper is
         told came before, which leans it towards such words (``WhisperService.hear``)."""
-        if prompt:
-            return await self._models.call("hear", pcm, prompt, urgent=urgent)
-        return await self._models.call("hear", pcm, urgent=urgent)
+        return await self._models.call("hear", pcm, prompt, urgent=urgent)
 
     async def ending(self, text: str) -> Ending | None:
         """How ``text`` ends, by the language model (readings.py; None: not asked for)."""

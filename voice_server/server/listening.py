@@ -229,8 +229,8 @@ class Listener:
         heard = hearing.result()
         p, ends = await asyncio.gather(probability(), ending(heard))
         verdict = self._policy.judge(p, heard.text, heard.alternatives, ends)
-        log.debug("end of turn after %d ms of silence: %s (turn model %s, %r, %s)",
-                  verdict.wait_ms, verdict.reason, p, heard.text, ends)
+        log.debug("end of turn after %d ms of silence: %s (turn model %s, %r, %s; also %r)",
+                  verdict.wait_ms, verdict.reason, p, heard.text, ends, heard.alternatives)
         return verdict
 
     async def _abandon(self) -> None:

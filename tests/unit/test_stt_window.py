@@ -43,9 +43,15 @@ def test_a_short_restart_after_a_finished_sentence_is_cut() -> None:
     assert cut_restart("I was thinking that maybe we could talk about the weather. We could "
                        "talk about") == \
         "I was thinking that maybe we could talk about the weather."
+    assert cut_restart("I was thinking that maybe we could talk about the weather We could "
+                       "talk about the") == \
+        "I was thinking that maybe we could talk about the weather."
     for kept in ("Stop. Stop.", "Tell me about cats. Tell me about dogs.", "Yes. Yes please",
                  "What is the capital of France?", "Hello there. How are you?", "",
-                 "I like the sea. Do you like the sea?", "Book it. It is late."):
+                 "I like the sea. Do you like the sea?", "Book it. It is late.",
+                 "I love New York New York", "Can I book a table I think I can",
+                 "We went to Paris and Paris was lovely", "Tell me about Tell me",
+                 "I flew from New York City to New York City"):
         assert cut_restart(kept) == kept
 
 

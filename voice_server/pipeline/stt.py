@@ -26,7 +26,7 @@ import numpy as np
 
 from ..compute import ComputePool
 from ..workers import ServiceSpec
-from .end_of_turn import Ending
+from .end_of_turn import Ending, unfinished
 from .pooled import PooledModel, PooledWorker
 from .readings import ReadingScorer, competing, pick
 
@@ -81,16 +81,32 @@ def cut_restart(text: str) -> str:
     question asked twice wants one answer anyway); one word ("Stop. Stop.") is kept. So is a
     sentence said twice, but three or more alike at the end are one ("What is the capital
     of? Germany. Germany. Germany. Germany": a loop of two tokens, below ``cut_loop``'s
-    period)."""
+    period). An unfinished restart of three words or more with no full stop before it is cut
+    too (its capital letter marks where it begins): "... the weather We could talk about the"
+    held a finished sentence's turn open 1.6 s as an unfinished reading ("to New York City"
+    after "New York City" is finished, and stays)."""
     text = _cut_repeated_sentences(text)
     match = _RESTART.match(text.strip())
-    if match is None:
-        return text
-    said, again = match["said"], match["again"]
+    if match is not None and _says_again(match["said"], match["again"], 2):
+        return match["said"]
+    # the same restart with no full stop before it, begun with a capital and left unfinished
+    # ("... about the weather We could talk about the"): three words or more
+    for start in _UNPUNCTUATED_RESTART.finditer(text):
+        said, again = text[:start.start()].rstrip(" ,"), text[start.start():]
+        if _says_again(said, again, 3) and unfinished(again):
+            return said + "."
+    return text
+
+
+_UNPUNCTUATED_RESTART = re.compile(r"(?<=\w )(?!I\b|I')[A-Z]")
+
+
+def _says_again(said: str, again: str, least: int) -> bool:
+    """``again`` is ``least`` words or more that stand in ``said`` in a row."""
     head = _RESTART_WORD.findall(said.lower())
     tail = _RESTART_WORD.findall(again.lower())
-    said_again = any(head[i:i + len(tail)] == tail for i in range(len(head) - len(tail) + 1))
-    return said if len(tail) >= 2 and said_again else text
+    return len(tail) >= least and any(head[i:i + len(tail)] == tail
+                                      for i in range(len(head) - len(tail) + 1))
 
 
 _SENTENCE_END = re.compile(r"(?<=[.?!])\s+")

@@ -150,6 +150,16 @@ class EndOfTurnPolicy:
     sentence_end_below: float = 0.005  # a language model's chance of a sentence end
     last_word_below: float = -14.0  # and its log-probability of the last word: invented?
 
+    def words_wait(self, transcript: str, alternatives: Sequence[str] = (),
+                   probability: float | None = None) -> Verdict | None:
+        """The longest wait when the words alone say the speaker goes on (the transcript or
+        a nearly as likely reading is unfinished); None when the words leave it open."""
+        if unfinished(transcript):
+            return Verdict(self.max_ms, "unfinished words", probability)
+        if any(unfinished(text) for text in alternatives):
+            return Verdict(self.max_ms, "unfinished reading", probability)
+        return None
+
     def judge(self, probability: float | None, transcript: str | None,
               alternatives: Sequence[str] = (), ending: Ending | None = None) -> Verdict:
         """``probability``: the turn model's (None: off or failed); ``transcript``: the words
@@ -159,10 +169,8 @@ class EndOfTurnPolicy:
         words = (transcript or "").strip()
         if not words:
             return Verdict(self.fallback_ms, "fallback", probability)
-        if unfinished(words):
-            return Verdict(self.max_ms, "unfinished words", probability)
-        if any(unfinished(text) for text in alternatives):
-            return Verdict(self.max_ms, "unfinished reading", probability)
+        if (waits := self.words_wait(words, alternatives, probability)) is not None:
+            return waits
         if ending is not None and ending.sentence_end < self.sentence_end_below:
             return Verdict(self.max_ms, "unfinished sentence", probability)
         if ending is not None and ending.last_word < self.last_word_below:

@@ -211,8 +211,7 @@ class Listener:
                 return None
 
         async def ending(heard: Hearing) -> Ending | None:
-            words = self._policy.judge(1.0, heard.text, heard.alternatives)
-            if words.wait_ms >= self._policy.max_ms:
+            if self._policy.words_wait(heard.text, heard.alternatives) is not None:
                 return None  # the words wait already: the language model cannot add to it
             try:
                 return await self.stt.ending(heard.text)

@@ -3,7 +3,8 @@ way for voice_server and Pipecat, with an instant scripted LLM so only turn-taki
 
 - **pauses**: "<first half> <pause> <second half>" with a 0.8 s pause mid-sentence: a *false end
   of turn* is agent speech heard before the second half ends (the system answered the first
-  half); the voice-to-voice time after the whole sentence is reported too;
+  half); the voice-to-voice time after the whole sentence is reported too, and how many
+  requests the LLM served for them (an answer started in the pause and dropped is one);
 - **finished**: a finished question: voice-to-voice (end of speech -> first agent audio);
 - **over the agent**: while the agent tells a long story, an acknowledgement ("Mm-hmm.",
   "Yeah.", "Okay.", "Right.") or a noise under ~600 ms (a cough, a click, a door bang): a *false
@@ -108,10 +109,11 @@ async def turn_taking_phase(systems: list[Any], fake: Any, speech: Any, story: n
         async with system.client() as client:
             await client.negotiate()
             await asyncio.sleep(0.5)
-            paused = []
+            paused, asked_before = [], len(fake.requests)
             for i in range(cases):
                 first, second = halves[i % len(halves)]
                 paused.append(await paused_turn(client, first, 0.8, second))
+            asked = len(fake.requests) - asked_before
             over = []
             for i in range(cases):
                 fake.default_text = long
@@ -124,6 +126,8 @@ async def turn_taking_phase(systems: list[Any], fake: Any, speech: Any, story: n
         entry: dict[str, Any] = {
             "pause_0_8s": {"cases": len(paused),
                            "false_end_of_turn": sum(r["false_end"] for r in paused),
+                           # requests the LLM served, speculative ones dropped unheard too
+                           "llm_requests": asked,
                            "v2v_ms": [r["v2v_ms"] for r in paused]},
             "over_the_agent": {"cases": len(over),
                                "false_barge_in": sum(r["false_barge_in"] for r in over),
@@ -136,7 +140,8 @@ async def turn_taking_phase(systems: list[Any], fake: Any, speech: Any, story: n
             entry["_turns"] = dump["turns"]
         out[system.name] = entry
         print(f"# {system.name} turn-taking: false end of turn "
-              f"{entry['pause_0_8s']['false_end_of_turn']}/{len(paused)}, false barge-in "
+              f"{entry['pause_0_8s']['false_end_of_turn']}/{len(paused)} ({asked} LLM "
+              f"requests), false barge-in "
               f"{entry['over_the_agent']['false_barge_in']}/{len(over)}", flush=True,
               file=sys.stderr)
     return out

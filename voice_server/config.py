@@ -162,6 +162,11 @@ class Settings(BaseSettings):
                                        "model and the words both judge complete")
     end_of_turn_max_ms: int = Field(1600, ge=200, le=10_000, description="silence that ends a "
                                     "turn judged unfinished (a pause to think)")
+    llm_unfinished_after_ms: int = Field(1000, ge=0, description="silence after which the "
+                                         "held answer to words that stop mid-sentence ('I'd "
+                                         "like to book a table for') asks the LLM; such a turn "
+                                         "waits up to end_of_turn_max_ms, so a pause to think "
+                                         "costs no LLM request (0: at once, like any other)")
     end_of_turn_complete_from: float = Field(0.5, ge=0, le=1, description="turn model "
                                              "probability from which a turn is complete")
     end_of_turn_unfinished_below: float = Field(0.03, ge=0, le=1, description="turn model "

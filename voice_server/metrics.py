@@ -28,6 +28,8 @@ class TurnRecord:
     started: float = field(default_factory=time.monotonic)  # request / end of user speech
     speech_end: float | None = None
     stt_done: float | None = None
+    words_held_until: float | None = None  # unfinished words went to the LLM after a longer
+    # silence (listening.py: a pause to think asks no LLM)
     llm_requested: float | None = None  # the turn asked the responder for its answer
     llm_first_token: float | None = None
     first_chunk: float | None = None  # first speakable piece queued for TTS
@@ -55,7 +57,8 @@ class TurnRecord:
         origin = self.speech_end or self.started
         return {
             "stt_ms": self.ms(origin, self.stt_done),
-            "llm_ttft_ms": self.ms(self.stt_done or origin, self.llm_first_token),
+            "llm_ttft_ms": self.ms(self.llm_requested or self.stt_done or origin,
+                                   self.llm_first_token),
             "tts_first_audio_ms": self.ms(self.llm_first_token, self.first_audio),
             "first_audio_ms": self.ms(origin, self.first_audio),
             "end_of_turn_ms": self.ms(self.speech_end, self.turn_decided),
@@ -69,9 +72,10 @@ class TurnRecord:
         }
 
     def overhead_ms(self) -> float | None:
-        """Time to first audio spent outside model compute: STT done -> LLM asked, first piece
-        queued -> its synthesis started, synthesis done -> first frame played."""
-        parts = [self.ms(self.stt_done, self.llm_requested),
+        """Time to first audio spent outside model compute: STT done (or unfinished words
+        released) -> LLM asked, first piece queued -> its synthesis started, synthesis done ->
+        first frame played."""
+        parts = [self.ms(self.words_held_until or self.stt_done, self.llm_requested),
                  self.ms(self.first_chunk, self.tts_synth_start),
                  self.ms(self.tts_synth_done, self.first_audio)]
         return None if None in parts else round(sum(parts), 1)
@@ -129,7 +133,7 @@ class Metrics:
         origin = rec.speech_end or rec.started
         pairs = [
             (self.stt, origin, rec.stt_done),
-            (self.llm_ttft, rec.stt_done or origin, rec.llm_first_token),
+            (self.llm_ttft, rec.llm_requested or rec.stt_done or origin, rec.llm_first_token),
             (self.tts_first_audio, rec.llm_first_token, rec.first_audio),
             (self.voice_to_voice, origin, rec.first_audio),
             (self.turn_total, origin, rec.finished),

@@ -212,7 +212,7 @@ class Conversation:
             await self._send(Error(code=ErrorCode.STT_ERROR, message=str(exc)))
             services.record_turn(record)
             return
-        record.stt_done = time.monotonic()
+        record.stt_done = record.stt_done or time.monotonic()  # the speculative one knows
         record.transcript = text
         await send(Transcript(text=text, is_final=True))
         if not text.strip():

@@ -83,6 +83,7 @@ class _Speculation:
     output: HeldOutput
     record: TurnRecord
     verdict: asyncio.Task[Verdict]
+    ask: asyncio.Event  # the LLM may be asked (words that stop mid-sentence wait for it)
 
 
 @dataclass
@@ -136,6 +137,7 @@ class Listener:
             unfinished_below=s.end_of_turn_unfinished_below,
             sentence_end_below=s.end_of_turn_sentence_end_below,
             last_word_below=s.end_of_turn_last_word_below)
+        self._ask_unfinished_ms = min(s.llm_unfinished_after_ms, s.end_of_turn_max_ms)
         if s.vad_spec_silence_ms:
             values["end_silence_ms"] = max(values["end_silence_ms"], s.end_of_turn_max_ms)
         return VADSettings(max_utterance_s=s.max_audio_seconds, duck_ms=s.vad_duck_ms,
@@ -152,8 +154,10 @@ class Listener:
             await self._on_event(event)
         await self._judge_barge_in()
         held = self._held
-        if held is not None and vad.paused and (verdict := _verdict(held)) is not None:
-            if vad.silence_ms >= verdict.wait_ms:
+        if held is not None and vad.paused:
+            if vad.silence_ms >= self._ask_unfinished_ms:
+                held.ask.set()
+            if (verdict := _verdict(held)) is not None and vad.silence_ms >= verdict.wait_ms:
                 await self._on_event(vad.end_now())
         self._maybe_interim()
 
@@ -185,14 +189,30 @@ class Listener:
         output = HeldOutput(self.speech_output(), self.send)
         hearing = self._spawn(self.stt.hear(pcm), "speculative-stt")
         record = self._new_record()
-        transcript = self._spawn(self._text_of(hearing), "speculative-text")
+        ask = asyncio.Event()
+        transcript = self._spawn(self._text_of(hearing, ask, record), "speculative-text")
         await self.conversation().start_utterance(pcm, output, record, transcript,
                                                    emit=output.emit)
         verdict = self._spawn(self._judge_turn(pcm, hearing, output.answering), "end-of-turn")
-        self._held = _Speculation(pcm, output, record, verdict)
+        self._held = _Speculation(pcm, output, record, verdict, ask)
 
-    async def _text_of(self, hearing: Awaitable[Hearing]) -> str:
-        return await self.stt.choose(await hearing)
+    async def _text_of(self, hearing: Awaitable[Hearing], ask: asyncio.Event,
+                       record: TurnRecord) -> str:
+        """The words the speculative answer answers. Words that stop mid-sentence ("I'd like
+        to book a table for", or such a reading nearly as likely) make the turn wait up to
+        ``end_of_turn_max_ms`` for more; the LLM is asked only once the silence reaches
+        ``llm_unfinished_after_ms`` (``ask``), so a pause to think, which most such pauses
+        are, costs no LLM request (an endpoint's tokens, a shared model's CPU)."""
+        heard = await hearing
+        text = await self.stt.choose(heard)
+        record.stt_done = time.monotonic()
+        if self._ask_unfinished_ms and not ask.is_set() and \
+                self._policy.words_wait(heard.text, heard.alternatives):
+            log.debug("unfinished words %r: the LLM waits for %d ms of silence", text,
+                      self._ask_unfinished_ms)
+            await ask.wait()
+            record.words_held_until = time.monotonic()
+        return text
 
     async def _judge_turn(self, pcm: np.ndarray, hearing: asyncio.Task[Hearing],
                           answering: asyncio.Event) -> Verdict:
@@ -255,6 +275,7 @@ class Listener:
             await self.send(SpeechEnd())
             _decided(held.record, speech_end, now, _verdict(held))
             held.record.speculative_stt = True
+            held.ask.set()
             await held.output.commit()
         else:
             if held is not None:

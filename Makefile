@@ -66,11 +66,10 @@ serve: install
 	$(VENV)/bin/voice-server serve $(SERVE_ARGS)
 
 # Tests run in a private network namespace whose only interface is loopback, so WebRTC (ICE)
-# and every other test can only ever reach 127.0.0.1.
-NETNS := $(shell if [ "$$(id -u)" = 0 ]; then echo "unshare -n"; else echo "unshare -rn"; fi)
-
+# and every other test can only ever reach 127.0.0.1 (made with sudo where the system does not
+# let users make one, as Ubuntu 23.10 and later; see the script).
 test: install-test
-	$(NETNS) sh -c 'ip link set lo up && exec $(PY) -m pytest -q -rs $(PYTEST_ARGS)'
+	scripts/in-private-netns.sh $(PY) -m pytest -q -rs $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check voice_server tests bench

@@ -12,19 +12,16 @@ from tests.support.netns import only_loopback  # noqa: E402
 
 
 def reexec_in_private_netns() -> None:
-    """Re-run this script under ``unshare -n`` (``-rn`` when not root) unless already isolated."""
+    """Re-run this script in a private network namespace (scripts/in-private-netns.sh: as
+    root, as a user, or through sudo where users may not make one) unless already isolated."""
     if only_loopback():
         return
     if os.environ.get("VOICE_BENCH_IN_NETNS"):
         sys.exit("could not isolate the benchmark in a private network namespace")
-    unshare = shutil.which("unshare")
-    if unshare is None:
+    if shutil.which("unshare") is None:
         sys.exit("this benchmark needs `unshare` (util-linux) to keep WebRTC on loopback")
-    flag = "-n" if os.geteuid() == 0 else "-rn"
-    cmd = " ".join(["ip link set lo up && exec", sys.executable, *map(_quote, sys.argv)])
-    os.environ["VOICE_BENCH_IN_NETNS"] = "1"
-    os.execv(unshare, [unshare, flag, "sh", "-c", cmd])
-
-
-def _quote(arg: str) -> str:
-    return "'" + arg.replace("'", "'\\''") + "'"
+    script = str(Path(__file__).resolve().parents[1] / "scripts" / "in-private-netns.sh")
+    carried = [f"{key}={value}" for key, value in os.environ.items()  # sudo drops them
+               if key.startswith(("VOICE_SERVER_", "BENCH_", "PYTHON"))]
+    os.execv(script, [script, "env", *carried, "VOICE_BENCH_IN_NETNS=1", sys.executable,
+                      *sys.argv])

@@ -1,0 +1,43 @@
+#!/bin/sh
+# Run a command, as the calling user, in a private network namespace whose only interface is
+# loopback (up): the tests and the WebRTC benchmarks can then reach nothing but 127.0.0.1.
+#
+#   scripts/in-private-netns.sh COMMAND [ARG...]
+#
+# root: `unshare -n`. Others: `unshare -rn` (an unprivileged user namespace maps them to root
+# inside, which may bring loopback up). Ubuntu 23.10 and later block that by default
+# (kernel.apparmor_restrict_unprivileged_userns=1: "unshare: write failed /proc/self/uid_map:
+# Operation not permitted"), so there the namespace is made with sudo and the command runs as
+# the caller again (setpriv), with the caller's environment.
+set -eu
+
+[ "$#" -gt 0 ] || { echo "usage: $0 COMMAND [ARG...]" >&2; exit 2; }
+
+if [ "$(id -u)" = 0 ]; then
+  exec unshare -n sh -c 'ip link set lo up && exec "$@"' sh "$@"
+fi
+if unshare -rn true 2>/dev/null; then
+  exec unshare -rn sh -c 'ip link set lo up && exec "$@"' sh "$@"
+fi
+
+restricted=/proc/sys/kernel/apparmor_restrict_unprivileged_userns
+why="this system does not let users make network namespaces"
+allow="allow user namespaces (sysctl user.max_user_namespaces)"
+if [ "$(cat "$restricted" 2>/dev/null || echo 0)" = 1 ]; then
+  why="$why (Ubuntu's AppArmor restriction, $restricted = 1)"
+  allow="sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"
+fi
+if ! command -v sudo >/dev/null 2>&1 || ! command -v setpriv >/dev/null 2>&1; then
+  echo "$0: $why, and sudo or setpriv (util-linux) is missing to make one." >&2
+  echo "Run as root, or $allow" >&2
+  exit 1
+fi
+echo "$0: $why; making it with sudo, the command runs as $(id -un)" >&2
+# sudo resets the environment: the caller's home, name, PATH, language and temporary
+# directory go back in after dropping to the caller's uid, gid and groups
+exec sudo unshare -n sh -c '
+  ip link set lo up || exit 1
+  uid=$1 gid=$2 user=$3 home=$4 path=$5 lang=$6 tmp=$7; shift 7
+  exec setpriv --reuid="$uid" --regid="$gid" --init-groups env HOME="$home" USER="$user" \
+    LOGNAME="$user" PATH="$path" LANG="$lang" TMPDIR="$tmp" "$@"
+' sh "$(id -u)" "$(id -g)" "$(id -un)" "$HOME" "$PATH" "${LANG:-C.UTF-8}" "${TMPDIR:-/tmp}" "$@"

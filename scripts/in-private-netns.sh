@@ -33,11 +33,16 @@ if ! command -v sudo >/dev/null 2>&1 || ! command -v setpriv >/dev/null 2>&1; th
   exit 1
 fi
 echo "$0: $why; making it with sudo, the command runs as $(id -un)" >&2
-# sudo resets the environment: the caller's home, name, PATH, language and temporary
-# directory go back in after dropping to the caller's uid, gid and groups
-exec sudo unshare -n sh -c '
+# sudo resets the environment: the caller's (export -p, in a file only the caller can read)
+# comes back after dropping to the caller's uid, gid and groups
+env_file=$(mktemp)
+export -p > "$env_file"
+status=0
+sudo unshare -n sh -c '
   ip link set lo up || exit 1
-  uid=$1 gid=$2 user=$3 home=$4 path=$5 lang=$6 tmp=$7; shift 7
-  exec setpriv --reuid="$uid" --regid="$gid" --init-groups env HOME="$home" USER="$user" \
-    LOGNAME="$user" PATH="$path" LANG="$lang" TMPDIR="$tmp" "$@"
-' sh "$(id -u)" "$(id -g)" "$(id -un)" "$HOME" "$PATH" "${LANG:-C.UTF-8}" "${TMPDIR:-/tmp}" "$@"
+  uid=$1 gid=$2; shift 2
+  exec setpriv --reuid="$uid" --regid="$gid" --init-groups \
+    sh -c '"'"'. "$1" && shift && exec "$@"'"'"' sh "$@"
+' sh "$(id -u)" "$(id -g)" "$env_file" "$@" || status=$?
+rm -f "$env_file"
+exit "$status"

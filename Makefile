@@ -12,7 +12,6 @@ PIP := $(PY) -m pip
 # `make serve NATIVE=1` builds for this CPU only (a little faster here, crashes elsewhere).
 NATIVE ?= 0
 STAMP := $(VENV)/.installed-native$(NATIVE)
-APT_TEST_PACKAGES := espeak-ng sox libsox-fmt-all iproute2 util-linux postgresql chromium nodejs redis-server strace
 # Node packages of the Hyperswarm bridge of the host sidecar (tests skip it without npm)
 HYPERSWARM_BRIDGE := voice_server/adapters/host/hyperswarm
 # the reference llmrtc browser client + esbuild, for the compatibility test in tests/web
@@ -52,15 +51,8 @@ node-test-deps:
 	else echo "npm not found: the Hyperswarm bridge and reference client tests will be skipped \
 	(install nodejs, npm)"; fi
 
-system-test-deps:
-	@missing=""; for p in $(APT_TEST_PACKAGES); do \
-	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "installing apt packages:$$missing"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
-	  else echo "please install:$$missing (sudo apt-get install$$missing)"; exit 1; fi; \
-	fi
+system-test-deps: install
+	scripts/install-test-deps.sh $(PY)
 
 serve: install
 	$(VENV)/bin/voice-server serve $(SERVE_ARGS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import wave
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,7 +18,19 @@ from tests.support.netns import only_loopback
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "web"
-CHROMIUM = Path("/usr/bin/chromium")
+
+
+def _chromium() -> str | None:
+    """Debian's Chromium, else the build Playwright fetched (Ubuntu ships Chromium only as a
+    snap: scripts/install-test-deps.sh fetches Playwright's there)."""
+    if Path("/usr/bin/chromium").exists():
+        return "/usr/bin/chromium"
+    cache = os.environ.get("PLAYWRIGHT_BROWSERS_PATH") or Path.home() / ".cache" / "ms-playwright"
+    builds = sorted(Path(cache).glob("chromium-*/chrome-linux*/chrome"))
+    return str(builds[-1]) if builds else None
+
+
+CHROMIUM = _chromium()
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--use-fake-device-for-media-stream",
@@ -29,8 +42,9 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
 needs_netns = pytest.mark.skipif(
     not only_loopback(), reason="WebRTC in Chromium runs in a private network namespace "
     "(make test; or tests/web/test_netns.py re-runs it there)")
-needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(),
-                                    reason="needs Debian's chromium (apt-get install chromium)")
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="needs a Chromium: Debian's (apt-get install chromium) or "
+    "Playwright's (.venv/bin/python -m playwright install --with-deps chromium)")
 
 
 def static_routes() -> dict[str, str]:
@@ -47,12 +61,12 @@ def screenshot_path(name: str) -> str:
 
 
 async def launch_chromium(pw: Any, mic_wav: Path, *, loop: bool, fake_ui: bool = True) -> Any:
-    """Debian's Chromium with a fake mic playing ``mic_wav`` (once, or looping)."""
+    """Headless Chromium with a fake mic playing ``mic_wav`` (once, or looping)."""
     args = [*CHROMIUM_ARGS, f"--use-file-for-fake-audio-capture={mic_wav}"
             + ("" if loop else "%noloop")]
     if fake_ui:
         args.append("--use-fake-ui-for-media-stream")
-    return await pw.chromium.launch(executable_path=str(CHROMIUM), args=args)
+    return await pw.chromium.launch(executable_path=CHROMIUM, args=args)
 
 
 @pytest_asyncio.fixture(scope="session")

@@ -23,18 +23,16 @@ import pytest
 import pytest_asyncio
 from aiohttp import WSMsgType, web
 
-from tests.web.conftest import embed_example, serve_html, static_routes
+from tests.web.conftest import CHROMIUM, embed_example, needs_chromium, serve_html, static_routes
 
 ROOT = Path(__file__).resolve().parents[2]
 WEB = ROOT / "web_client"
 ARTIFACTS = ROOT / "artifacts" / "web"
-CHROMIUM = Path("/usr/bin/chromium")
 TIMEOUT = 10.0 * float(os.environ.get("TEST_TIME_FACTOR", "1"))
 STATIC_ROUTES = static_routes()  # the page's files and the client's modules
 CONTENT_TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html"}
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(),
-                                reason="needs Debian's chromium (apt-get install chromium)")
+pytestmark = needs_chromium
 playwright_api = pytest.importorskip("playwright.async_api")
 
 
@@ -132,7 +130,7 @@ async def browser(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator:
             "--disable-features=WebRtcHideLocalIpsWithMdns",
             "--allow-loopback-in-peer-connection"]
     async with playwright_api.async_playwright() as pw:
-        b = await pw.chromium.launch(executable_path=str(CHROMIUM), args=args)
+        b = await pw.chromium.launch(executable_path=CHROMIUM, args=args)
         try:
             yield b
         finally:

@@ -28,8 +28,7 @@ class TurnRecord:
     started: float = field(default_factory=time.monotonic)  # request / end of user speech
     speech_end: float | None = None
     stt_done: float | None = None
-    words_held_until: float | None = None  # unfinished words went to the LLM after a longer
-    # silence (listening.py: a pause to think asks no LLM)
+    words_held_until: float | None = None  # unfinished words went to the LLM (listening.py)
     llm_requested: float | None = None  # the turn asked the responder for its answer
     llm_first_token: float | None = None
     first_chunk: float | None = None  # first speakable piece queued for TTS

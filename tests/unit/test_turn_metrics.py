@@ -17,3 +17,18 @@ def test_turn_metrics_never_report_negative_steps() -> None:
     figures = _turn_metrics(record)
     assert figures.stt_ms == 0.0 and figures.first_audio_ms == pytest.approx(150.0)
     assert figures.llm_ttft_ms == pytest.approx(100.0) and figures.total_ms == pytest.approx(850)
+
+
+def test_a_held_answer_to_unfinished_words_keeps_its_steps_apart() -> None:
+    """Words that stop mid-sentence go to the LLM after a longer silence (listening.py): speech
+    to text still counts until its words, the LLM from its request, and the wait is neither
+    STT, LLM nor overhead."""
+    record = TurnRecord(session_id="s", started=11.6)
+    record.speech_end, record.stt_done = 10.0, 10.1
+    record.words_held_until, record.llm_requested = 11.0, 11.0005
+    record.llm_first_token, record.first_chunk, record.tts_synth_start = 11.2, 11.3, 11.3
+    record.tts_synth_done, record.first_audio = 11.4, 11.41
+    summary = record.summary()
+    assert summary["stt_ms"] == pytest.approx(100.0)
+    assert summary["llm_ttft_ms"] == pytest.approx(199.5)
+    assert summary["overhead_ms"] == pytest.approx(10.5)

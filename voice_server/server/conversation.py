@@ -212,7 +212,8 @@ class Conversation:
             await self._send(Error(code=ErrorCode.STT_ERROR, message=str(exc)))
             services.record_turn(record)
             return
-        record.stt_done = record.stt_done or time.monotonic()  # the speculative one knows
+        # a held answer to unfinished words waited after its speech to text (listening.py)
+        record.stt_done = record.stt_done or time.monotonic()
         record.transcript = text
         await send(Transcript(text=text, is_final=True))
         if not text.strip():

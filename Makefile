@@ -20,8 +20,8 @@ SERVE_ARGS ?=
 
 .PHONY: serve test install install-test system-test-deps node-test-deps lint clean
 
-$(STAMP): pyproject.toml scripts/install-llama-cpp.sh Makefile
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+$(STAMP): pyproject.toml scripts/install-llama-cpp.sh scripts/make-venv.sh Makefile
+	scripts/make-venv.sh $(PYTHON) $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	NATIVE=$(NATIVE) scripts/install-llama-cpp.sh $(PY)
 	$(PIP) install --quiet -e '.[test]'

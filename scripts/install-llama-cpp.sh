@@ -75,8 +75,19 @@ fetch_source() {  # the source archive, once: the wheel and every variant build 
     "llama-cpp-python==$VERSION"
 }
 
+need_compilers() {  # a fresh Debian, Ubuntu or Fedora has none: say so before cmake fails
+  { command -v cc && command -v c++; } >/dev/null 2>&1 && return 0
+  { command -v gcc && command -v g++; } >/dev/null 2>&1 && return 0
+  echo "llama-cpp-python is compiled here and needs a C and a C++ compiler; none was found." >&2
+  echo "  Debian, Ubuntu: sudo apt-get install build-essential" >&2
+  echo "  Fedora:         sudo dnf install gcc gcc-c++" >&2
+  echo "  Arch:           sudo pacman -S base-devel" >&2
+  exit 1
+}
+
 DIR="$CACHE/llama-cpp-python-$VERSION-$ARCH-$KIND"
 if ! ls "$DIR"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+  need_compilers
   echo "building llama-cpp-python $VERSION ($KIND; about 5-10 minutes on 2 cores, once)"
   fetch_source
   rm -rf "$DIR.tmp" && mkdir -p "$DIR.tmp"

@@ -39,6 +39,26 @@ DEFAULT_FALLBACK = "Sorry, I missed that. Could you say it again?"  # said for a
 DEFAULT_APOLOGY = "Sorry, I can't answer right now. Please try again in a moment."  # LLM failed
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity (taskset, cpusets) and a cgroup v2 CPU
+    quota (``docker run --cpus=1`` and systemd's CPUQuota leave the affinity at every CPU of
+    the host)."""
+    count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        (os.cpu_count() or 1)
+    try:
+        own = Path("/proc/self/cgroup").read_text().strip().partition("::")[2]
+    except OSError:
+        own = ""
+    for folder in {Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup", own.lstrip("/"))}:
+        try:
+            quota, period = (folder / "cpu.max").read_text().split()[:2]
+            if quota != "max":
+                count = min(count, -(-int(quota) // int(period)))
+        except (OSError, ValueError):
+            continue
+    return max(1, count)
+
+
 class ConfigError(Exception):
     """The configuration file or values are invalid; the message says where and why."""
 
@@ -210,7 +230,8 @@ class Settings(BaseSettings):
                                           "rescores readings (default: the bundled "
                                           "SmolLM2-135M)")
     stt_language: str | None = Field("en", description="spoken language (None: detect)")
-    stt_threads: int = Field(2, ge=1, description="CPU threads for STT")
+    stt_threads: int = Field(0, ge=0, description="CPU threads for STT (0: 2, or the CPUs "
+                             "this process may use when fewer)")
     stt_window_s: float = Field(8.0, ge=0, le=30, description="encode an utterance in a window "
                                 "this long (or its length + 2 s) instead of Whisper's 30 s: "
                                 "about 3x faster on short turns (0: always 30 s)")
@@ -260,8 +281,9 @@ class Settings(BaseSettings):
                                  "AVX-512 where it has it), 'portable' (the x86-64-v3/armv8 "
                                  "baseline; also to use your own LLAMA_CPP_LIB_PATH) or an "
                                  "installed build's name ('skylakex', 'icelake')")
-    llm_threads: int = Field(2, ge=1, description="CPU threads of the local model while no "
-                             "STT/TTS runs (one while they do)")
+    llm_threads: int = Field(0, ge=0, description="CPU threads of the local model while no "
+                             "STT/TTS runs (one while they do; 0: 2, or the CPUs this "
+                             "process may use when fewer)")
     llm_slots: int = Field(4, ge=1, le=64, description="answers the local model serves at once, "
                            "each keeping its conversation's prompt cached")
     llm_context_tokens: int = Field(8192, ge=512, le=131072, description="the local model's "
@@ -307,8 +329,9 @@ class Settings(BaseSettings):
                                        "wins)")
 
     # runtime
-    compute_workers: int = Field(2, ge=1, description="STT and TTS jobs run at once (the local "
-                                 "LLM has its own thread); more wait, the urgent ones first")
+    compute_workers: int = Field(0, ge=0, description="STT and TTS jobs run at once (the local "
+                                 "LLM has its own thread); more wait, the urgent ones first "
+                                 "(0: 2, or the CPUs this process may use when fewer)")
     preload_models: bool = Field(True, description="load and warm models at start")
     log_level: str = Field("INFO", description="logging level")
 
@@ -322,6 +345,18 @@ class Settings(BaseSettings):
                 return json.loads(value)
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+    @model_validator(mode="after")
+    def _size_threads(self) -> Settings:
+        """Thread counts 0: 2 (what we measure on our 2-core machines), fewer on a machine or
+        container with one CPU (2 threads on one CPU made a WebSocket turn's first audio ~100
+        ms later at p50; bench/turn_ws.py under taskset -c 0). More CPUs are not used by
+        default: not measured here."""
+        cpus = min(2, usable_cpus())
+        for name in ("stt_threads", "llm_threads", "compute_workers"):
+            if getattr(self, name) == 0:
+                setattr(self, name, cpus)
+        return self
 
     @model_validator(mode="after")
     def _size_messages(self) -> Settings:

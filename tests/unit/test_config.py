@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 
@@ -81,3 +83,24 @@ def test_cli_config_error_exits_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "configuration error" in err and "Traceback" not in err
     assert build_parser().prog == "voice-server"
+
+
+@pytest.mark.skipif(shutil.which("taskset") is None, reason="needs taskset (util-linux)")
+def test_threads_fit_a_machine_with_one_cpu():
+    """Two threads on one CPU (a small VPS, ``docker run --cpus=1``, taskset) made every stage
+    slower: the thread defaults take the CPUs this process may use, at most 2; a value given
+    wins."""
+    probe = ("from voice_server.config import load_settings, usable_cpus; s = load_settings(); "
+             "print(usable_cpus(), s.llm_threads, s.stt_threads, s.compute_workers)")
+
+    def figures(*prefix: str, env: dict | None = None) -> list[int]:
+        out = subprocess.run([*prefix, sys.executable, "-c", probe], capture_output=True,
+                             text=True, check=True, timeout=60,
+                             env={**os.environ, **(env or {})})
+        return [int(x) for x in out.stdout.split()]
+
+    one = str(sorted(os.sched_getaffinity(0))[0])
+    assert figures("taskset", "-c", one) == [1, 1, 1, 1]
+    assert figures("taskset", "-c", one, env={"VOICE_SERVER_LLM_THREADS": "3"})[1] == 3
+    cpus = figures()[0]
+    assert figures()[1:] == [min(2, cpus)] * 3

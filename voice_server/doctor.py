@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import Settings
+from .config import Settings, usable_cpus
 from .llm.llama_cpu import PORTABLE, build_record, choose_build, cpu_flags, variants
 from .settings_flags import add_settings_flags, settings_from_args
 
@@ -85,10 +85,12 @@ def changed_libraries(record: dict[str, Any]) -> list[str]:
                   or hashlib.sha256(path.read_bytes()).hexdigest() != digest)
 
 
-def _check_cpu(flags: set[str]) -> Check:
+def _check_cpu(flags: set[str], settings: Settings) -> Check:
     shown = [f for f in _SHOWN_FLAGS if f in flags]
     return Check("cpu", True, f"{platform.machine()} {platform.processor() or ''} "
-                 f"features: {' '.join(shown) or 'unknown'}".replace("  ", " "))
+                 f"features: {' '.join(shown) or 'unknown'}; usable CPUs {usable_cpus()}; "
+                 f"threads: LLM {settings.llm_threads}, speech to text {settings.stt_threads}; "
+                 f"jobs at once {settings.compute_workers}".replace("  ", " "))
 
 
 def _check_kernels(wanted: str, record: dict[str, Any] | None, flags: set[str]) -> Check:
@@ -241,7 +243,7 @@ async def _model_checks(settings: Settings) -> list[Check]:
 def run_checks(settings: Settings) -> list[Check]:
     flags = cpu_flags()
     checks = [Check("python", True, f"{sys.version.split()[0]} on {platform.platform()}"),
-              _check_cpu(flags)]
+              _check_cpu(flags, settings)]
     if settings.llm_provider == "local" or settings.llm_model_path:
         checks += _check_llama_build(flags, settings)
     checks += asyncio.run(_model_checks(settings))

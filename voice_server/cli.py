@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import importlib
 import logging
 import sys
@@ -45,7 +46,21 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"voice-server: {exc}\nvoice-server: run `voice-server doctor` to check the "
               "install", file=sys.stderr)
         return 1
+    except OSError as exc:  # a port we cannot listen on: the user's to fix, no traceback
+        if exc.errno not in _LISTEN_HINTS:
+            raise
+        print(f"voice-server: {exc.strerror}\nvoice-server: {_LISTEN_HINTS[exc.errno]}",
+              file=sys.stderr)
+        return 1
     return 0
+
+
+_LISTEN_HINTS = {
+    errno.EADDRINUSE: "another program (another voice-server?) listens there: stop it, or "
+                      "choose another port with --port",
+    errno.EACCES: "ports below 1024 need privileges: choose another with --port",
+    errno.EADDRNOTAVAIL: "that address is not one of this machine's: check --host",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:

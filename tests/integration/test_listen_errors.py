@@ -1,0 +1,26 @@
+"""``voice-server serve`` on a port it cannot listen on (one in use, a newcomer's second
+``make serve``) says so in two lines and exits 1: no traceback, no worker left behind."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_port_in_use_is_a_clear_error() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "voice_server.cli", "serve", "--port", str(port),
+             "--preload-models", "false", "--log-level", "WARNING"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert f"('127.0.0.1', {port}): address already in use" in proc.stderr
+    assert "choose another port with --port" in proc.stderr

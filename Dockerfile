@@ -9,7 +9,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends build-essential
     && rm -rf /var/lib/apt/lists/*
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY voice_server ./voice_server
 # llama.cpp for any CPU of the target architecture, never -march=native (the build host's CPU):
 # x86-64-v3 (AVX2/FMA/F16C, no AVX-512/AMX) or plain armv8 (scripts/install-llama-cpp.sh says why)

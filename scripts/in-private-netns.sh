@@ -4,8 +4,8 @@
 #
 #   scripts/in-private-netns.sh COMMAND [ARG...]
 #
-# root: `unshare -n`. Others: `unshare -rn` (an unprivileged user namespace maps them to root
-# inside, which may bring loopback up). Ubuntu 23.10 and later block that by default
+# root: `unshare -n`. Others: an unprivileged user namespace of their own (below). Ubuntu 23.10
+# and later block that by default
 # (kernel.apparmor_restrict_unprivileged_userns=1: "unshare: write failed /proc/self/uid_map:
 # Operation not permitted"), so there the namespace is made with sudo and the command runs as
 # the caller again (setpriv), with the caller's environment.
@@ -16,7 +16,15 @@ set -eu
 if [ "$(id -u)" = 0 ]; then
   exec unshare -n sh -c 'ip link set lo up && exec "$@"' sh "$@"
 fi
-if unshare -rn true 2>/dev/null; then
+# a user namespace that maps the caller to themselves, capabilities kept just long enough to
+# bring loopback up: the command runs as a plain user. Mapped to root instead (`unshare -rn`),
+# code that asks "am I root?" got yes without root's powers: the tests' PostgreSQL cluster,
+# started as root through the postgres user, failed to chown its folder (EINVAL).
+if unshare -c -n --keep-caps true 2>/dev/null; then
+  exec unshare -c -n --keep-caps sh -c \
+    'ip link set lo up && exec setpriv --inh-caps=-all --ambient-caps=-all "$@"' sh "$@"
+fi
+if unshare -rn true 2>/dev/null; then  # util-linux before 2.38: root inside
   exec unshare -rn sh -c 'ip link set lo up && exec "$@"' sh "$@"
 fi
 

@@ -38,6 +38,15 @@ def find_bindir() -> Path | None:
     return Path(initdb).parent if initdb else None
 
 
+def _real_root() -> bool:
+    """Root of the whole system, not the one user a namespace maps to 0 (``unshare -r``)."""
+    try:
+        first = Path("/proc/self/uid_map").read_text().split()
+    except OSError:
+        return True
+    return first[:3] == ["0", "0", "4294967295"]
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -51,6 +60,11 @@ def postgres_cluster(*, timeout_s: float = 60.0) -> Iterator[str]:
     if bindir is None:
         raise PostgresUnavailable("PostgreSQL binaries not found (apt-get install postgresql)")
     prefix: list[str] = []
+    if os.geteuid() == 0 and not _real_root():
+        raise PostgresUnavailable(
+            "root only inside a user namespace (unshare -r): initdb refuses root and the "
+            "postgres user does not exist here; run the tests as yourself "
+            "(scripts/in-private-netns.sh does, with util-linux 2.38 or later) or as root")
     root = Path(tempfile.mkdtemp(prefix="vs-pg-"))
     if os.geteuid() == 0:
         user = pwd.getpwnam("postgres")

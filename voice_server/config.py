@@ -352,9 +352,11 @@ class Settings(BaseSettings):
         container with one CPU (2 threads on one CPU made a WebSocket turn's first audio ~100
         ms later at p50; bench/turn_ws.py under taskset -c 0). More CPUs are not used by
         default: not measured here."""
-        cpus = min(2, usable_cpus())
-        for name in ("stt_threads", "llm_threads", "compute_workers"):
-            if getattr(self, name) == 0:
+        unset = [name for name in ("stt_threads", "llm_threads", "compute_workers")
+                 if getattr(self, name) == 0]
+        if unset:  # the /proc and /sys reads only when a count is left to them
+            cpus = min(2, usable_cpus())
+            for name in unset:
                 setattr(self, name, cpus)
         return self
 

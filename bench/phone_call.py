@@ -11,10 +11,10 @@ mu-law frames in real time and plays the agent's frames as a phone would. Per ca
   the ``clear`` that drops the agent's audio;
 - ``barge_in_silent_ms``: from that onset to the last agent audio the caller hears.
 
-Speech is espeak-ng at 8 kHz (``espeak-ng`` and ``sox`` must be installed). Run it in a network
-namespace of its own, as the tests do:
+Speech is espeak-ng at 8 kHz (``espeak-ng`` and ``sox`` must be installed). It re-runs itself
+in a network namespace of its own (loopback only), as the tests do:
 
-    unshare -n sh -c 'ip link set lo up && python bench/phone_call.py --calls 10'
+    python bench/phone_call.py --calls 10
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._netns import reexec_in_private_netns  # noqa: E402
 from tests.support.fake_openai import FakeOpenAI  # noqa: E402
 from tests.support.fake_twilio import FakeTwilio, wav_to_pcm8k  # noqa: E402
 from voice_server.config import load_settings  # noqa: E402
@@ -126,4 +127,6 @@ async def main(calls: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=10)
-    asyncio.run(main(parser.parse_args().calls))
+    calls = parser.parse_args().calls
+    reexec_in_private_netns()
+    asyncio.run(main(calls))

@@ -8,7 +8,8 @@
 # and later block that by default
 # (kernel.apparmor_restrict_unprivileged_userns=1: "unshare: write failed /proc/self/uid_map:
 # Operation not permitted"), so there the namespace is made with sudo and the command runs as
-# the caller again (setpriv), with the caller's environment.
+# the caller again (setpriv), with the caller's environment. IN_NETNS_NONINTERACTIVE=1: sudo
+# may not ask for a password (`sudo -n`), for callers that cannot answer one (a test).
 set -eu
 
 [ "$#" -gt 0 ] || { echo "usage: $0 COMMAND [ARG...]" >&2; exit 2; }
@@ -46,7 +47,9 @@ echo "$0: $why; making it with sudo, the command runs as $(id -un)" >&2
 env_file=$(mktemp)
 export -p > "$env_file"
 status=0
-sudo unshare -n sh -c '
+sudo_flags=
+[ -z "${IN_NETNS_NONINTERACTIVE:-}" ] || sudo_flags=-n
+sudo $sudo_flags unshare -n sh -c '
   ip link set lo up || exit 1
   uid=$1 gid=$2; shift 2
   exec setpriv --reuid="$uid" --regid="$gid" --init-groups \

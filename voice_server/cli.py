@@ -34,6 +34,7 @@ def _serve(args: argparse.Namespace) -> int:
     from .pipeline.stt import STTError
     from .pipeline.tts import TTSError
     from .server.app import run_forever
+    from .serving import os_error_text
 
     settings = settings_from_args(args)
     logging.basicConfig(level=settings.log_level.upper(),
@@ -49,7 +50,7 @@ def _serve(args: argparse.Namespace) -> int:
     except OSError as exc:  # a port we cannot listen on: the user's to fix, no traceback
         if exc.errno not in _LISTEN_HINTS:
             raise
-        print(f"voice-server: {exc.strerror}\nvoice-server: {_LISTEN_HINTS[exc.errno]}",
+        print(f"voice-server: {os_error_text(exc)}\nvoice-server: {_LISTEN_HINTS[exc.errno]}",
               file=sys.stderr)
         return 1
     return 0

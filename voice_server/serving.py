@@ -12,13 +12,21 @@ so they end at once) and cancels the rest.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from aiohttp import web
 
-__all__ = ["Site", "peer_address"]
+__all__ = ["Site", "os_error_text", "peer_address"]
 
 log = logging.getLogger(__name__)
+
+
+def os_error_text(exc: OSError) -> str:
+    """What went wrong, for one line to the user: asyncio's "error while attempting to bind on
+    address ('127.0.0.1', 8787): address already in use" without the "[errno 98] " that Python
+    3.13 puts in it, and without the "[Errno 98] " prefix of ``str(exc)``."""
+    return re.sub(r"\[errno \d+\] ", "", exc.strerror or str(exc), flags=re.IGNORECASE)
 
 
 def peer_address(request: web.Request) -> Any:

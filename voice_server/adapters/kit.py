@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..config import Settings
 from ..llm import LLMError, LLMRouter
-from ..serving import Site
+from ..serving import Site, os_error_text
 from ..settings_flags import add_settings_flags, settings_from_args
 
 __all__ = [
@@ -46,7 +46,6 @@ __all__ = [
     "add_llm_flags",
     "add_sidecar_command",
     "close_stream",
-    "os_error_text",
     "run_async",
     "serve_sidecar",
     "settings_from_args",
@@ -85,12 +84,7 @@ def add_sidecar_command(sidecars: argparse._SubParsersAction, name: str,
 # (exception classes, exit code, the text printed after the program name)
 Failure = tuple[type[BaseException] | tuple[type[BaseException], ...], int,
                 Callable[[Any], object]]
-LLM_SETUP_FAILURES: tuple[Failure, ...] = (((LLMError, OSError), 2, str),)
-
-
-def os_error_text(exc: OSError) -> object:
-    """An ``OSError`` without its errno prefix (e.g. the port is taken)."""
-    return exc.strerror or exc
+LLM_SETUP_FAILURES: tuple[Failure, ...] = ((LLMError, 2, str), (OSError, 2, os_error_text))
 
 
 def run_async(main: Callable[[], Awaitable[int]], log_level: str | None = "INFO", *,

@@ -14,7 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from voice_server.config import ConfigError, config_file_from_env, env_value, load_settings
 
-from ..kit import os_error_text, run_async, stop_event
+from ...serving import os_error_text
+from ..kit import run_async, stop_event
 from .config import (
     CallerConfigError,
     CallerOptions,

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ...config import config_file_from_env, env_value
-from ..kit import add_sidecar_command, os_error_text, run_async, stop_event
+from ...serving import os_error_text
+from ..kit import add_sidecar_command, run_async, stop_event
 from .codec import parse_run_request
 from .errors import PromptError, ToolNotFound
 from .factory import PROVIDERS

@@ -60,6 +60,27 @@ async def test_a_finished_question_ends_its_turn_quickly(url, rtc_llm, make_spee
         assert client.messages("llm")[0]["text"] == "Seven."
 
 
+async def test_a_short_answer_to_the_agents_question_ends_its_turn(url, rtc_llm, make_speech):
+    """"For how many people?" - "Two people.": the words' language model judges the answer
+    as a reply to the question (readings.py), so a sentence may end there; judged alone, a
+    sentence end after "Two people" was unlikely (0.001) and the answer waited 1.6 s as an
+    "unfinished sentence"."""
+    rtc_llm.script.clear()
+    rtc_llm.add("For how many people?", "Lovely, a table for two.")
+    async with RtcClient(url) as client:
+        await client.negotiate()
+        await client.send({"type": "turn-metrics-subscribe"})
+        client.mic.enqueue(np.concatenate([_wav48(make_speech, "I would like to book a table."),
+                                           _silence(2.0)]))
+        await client.wait_for("tts-complete", timeout=scaled(60))
+        client.mic.enqueue(np.concatenate([_wav48(make_speech, "Two people."), _silence(2.5)]))
+        figures = await client.wait_for("turn-metrics", count=2, timeout=scaled(60))
+        heard = [t["text"] for t in client.messages("transcript") if t["isFinal"]]
+        assert "two" in heard[-1].lower() or "2" in heard[-1], heard
+        assert figures["endOfTurn"] not in ("unfinished sentence", "unlikely last word"), figures
+        assert figures["endOfTurnMs"] < 1000, figures
+
+
 @pytest.mark.parametrize("pause_s", [0.5, 0.8, 1.2])
 async def test_a_pause_mid_sentence_does_not_end_the_turn(url, rtc_llm, make_speech, pause_s):
     """"I would like to book a table for, um ... two people at seven": one turn, one answer to

@@ -24,17 +24,22 @@ class _Words:
 
     def __init__(self) -> None:
         self.asked_at: float | None = None
+        self.said_before: str | None = None
 
     async def hear(self, pcm: np.ndarray, *, urgent: bool = True, prompt: str = "") -> Hearing:
         return Hearing("What is the capital of France?")
 
-    async def ending(self, text: str) -> Ending:
-        self.asked_at = time.monotonic()
+    async def ending(self, text: str, said_before: str = "") -> Ending:
+        self.asked_at, self.said_before = time.monotonic(), said_before
         return Ending(0.9, -0.5)
 
 
 class _Conversation:
     agent_speaking = False
+    LAST_SAID = "Hello! What would you like to know?"
+
+    def last_said(self) -> str:
+        return self.LAST_SAID
 
     def turn_taking(self) -> dict:
         return {}
@@ -77,6 +82,7 @@ async def test_the_turn_is_judged_once_the_answer_has_begun():
     await held.emit(LLMChunk(content="Paris", done=False))
     result = await asyncio.wait_for(verdict, 1)
     assert result.complete and words.asked_at >= began and voice.asked_at >= began
+    assert words.said_before == _Conversation.LAST_SAID  # the words are judged as a reply
 
 
 async def test_without_an_answer_the_turn_is_judged_after_a_bounded_wait():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from voice_server.pipeline.readings import ReadingScorer, pick
+from voice_server.pipeline.readings import SAID_BEFORE_WORDS, ReadingScorer, _recent, pick
 from voice_server.pipeline.stt import default_rescore_model
 
 # (reading, Whisper's length-normalized log-probability): the readings and the gaps between them
@@ -103,6 +103,42 @@ def test_the_bundled_model_tells_a_finished_sentence_from_one_that_goes_on():
         assert scorer(rambling) < 0
     finally:
         scorer.close()
+
+
+@pytest.mark.slow
+def test_a_reply_is_judged_as_a_reply_to_what_the_agent_said():
+    """Short answers to the booking playbook's questions end a sentence once the question
+    comes before them (alone, "Two people." and "At seven." were below the 0.005 threshold:
+    a 1.6 s wait for every answer); fragments after the same questions stay far below, and a
+    first question is judged after an opening line ("Who wrote Romeo and Juliet?": 0.003
+    alone, 0.58 after it)."""
+    scorer = ReadingScorer(default_rescore_model())
+    below = 0.005
+    people, when = "For how many people?", "At what time would you like the table?"
+    try:
+        assert scorer.ending("Two people.").sentence_end < below  # what it was
+        assert scorer.ending("Two people.", people).sentence_end > below
+        assert scorer.ending("At seven.", when).sentence_end > below
+        assert scorer.ending("Who wrote Romeo and Juliet?").sentence_end > 0.1
+        for before, cut in [(people, "There will be"), (when, "Around"),
+                            ("And what name shall I put the booking under?", "It's under"),
+                            ("Good evening, Luigi's. How can I help you?",
+                             "Who painted the Mona")]:
+            assert scorer.ending(cut, before).sentence_end < below, cut
+        long_answer = "Paris is the capital of France, on the Seine. " * 20
+        assert scorer.ending("And Germany?", long_answer).sentence_end > below
+    finally:
+        scorer.close()
+
+
+def test_what_the_agent_said_is_cut_to_its_last_sentences():
+    said = ("Paris is the capital of France, on the Seine. Would you like to know more? "
+            "Or shall we talk about Berlin?")  # 17 words: the last two sentences are 11
+    assert SAID_BEFORE_WORDS == 12
+    assert _recent(said) == "Would you like to know more? Or shall we talk about Berlin?"
+    assert _recent("For how many people?") == "For how many people?"
+    assert _recent("  ") == ""
+    assert _recent("word " * 50) == " ".join(["word"] * SAID_BEFORE_WORDS)
 
 
 @pytest.mark.slow

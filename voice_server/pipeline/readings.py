@@ -25,10 +25,14 @@ import numpy as np
 
 from .end_of_turn import Ending
 
-__all__ = ["ReadingScorer", "competing", "pick"]
+__all__ = ["OPENING_LINE", "SAID_BEFORE_WORDS", "ReadingScorer", "competing", "pick"]
 
 _WORD = re.compile(r"[a-z0-9']+")
 _FINAL_PUNCTUATION = re.compile(r"[\s?.!,;:…]+$")
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+")
+# what the user's words answer before the agent has said anything: an open question
+OPENING_LINE = "Hello! How can I help you today?"
+SAID_BEFORE_WORDS = 12
 
 
 def competing(readings: Sequence[tuple[str, float]], margin: float) -> list[int]:
@@ -82,29 +86,36 @@ class ReadingScorer:
         log_probs = _log_softmax(self._logits(tokens)[:-1])
         return float(log_probs[np.arange(len(tokens) - 1), tokens[1:]].mean())
 
-    def ending(self, text: str) -> Ending:
+    def ending(self, text: str, said_before: str = "") -> Ending:
         """How the words end, by the model (end_of_turn.py): the chance of a sentence end after
         them (``?``, ``.`` or ``!`` next) and the log-probability of their last word after the
         others, the words given as a chat user's message without the final punctuation speech
-        to text wrote (it puts a question mark after a fragment too)."""
+        to text wrote (it puts a question mark after a fragment too).
+
+        The message answers ``said_before``, the agent's last words (its last
+        ``SAID_BEFORE_WORDS``; none yet: ``OPENING_LINE``): a reply is judged as a reply.
+        Without them "Two people." had a sentence-end chance of 0.001 and "At seven." 0.002, so
+        answers to the playbook's "For how many people?" waited the full 1.6 s; after the
+        question, 0.014 and more. Fragments stay far below (docs/turn-taking.md)."""
         words = _FINAL_PUNCTUATION.sub("", text.strip())
         if not words:
             return Ending(0.0, 0.0)
-        tokens = self._tokens(words)
+        before = _recent(said_before) or OPENING_LINE
+        tokens = self._tokens(words, before)
         if len(tokens) > self._llm.n_ctx():
             return Ending(1.0, 0.0)  # longer than the model reads: no judgement
         log_probs = _log_softmax(self._logits(tokens))
         sentence_end = float(np.exp(log_probs[-1, self._ends]).sum())
-        head = self._tokens(words.rsplit(" ", 1)[0]) if " " in words else tokens
+        head = self._tokens(words.rsplit(" ", 1)[0], before) if " " in words else tokens
         if len(head) >= len(tokens) or tokens[:len(head)] != head:
             return Ending(sentence_end, 0.0)  # one word, or it does not split at the space
         rows = log_probs[len(head) - 1:len(tokens) - 1]  # predicting the last word's tokens
         last_word = float(rows[np.arange(len(rows)), tokens[len(head):]].sum())
         return Ending(sentence_end, last_word)
 
-    def _tokens(self, words: str) -> list[int]:
-        return self._llm.tokenize(f"<|im_start|>user\n{words}".encode(), add_bos=False,
-                                  special=True)
+    def _tokens(self, words: str, said_before: str) -> list[int]:
+        chat = f"<|im_start|>assistant\n{said_before}<|im_end|>\n<|im_start|>user\n{words}"
+        return self._llm.tokenize(chat.encode(), add_bos=False, special=True)
 
     def _logits(self, tokens: list[int]) -> np.ndarray:
         """The logits after each of ``tokens`` (the ones shared with the last call are not
@@ -124,6 +135,19 @@ class ReadingScorer:
     def close(self) -> None:
         with self._lock:
             self._llm.close()
+
+
+def _recent(said: str) -> str:
+    """The last whole sentences of ``said`` within ``SAID_BEFORE_WORDS`` words (the last words
+    of one longer sentence): what a reply answers, kept short for the model's 256 tokens."""
+    kept: list[str] = []
+    for sentence in reversed(_SENTENCE_BREAK.split(said.strip())):
+        if sum(len(s.split()) for s in kept) + len(sentence.split()) > SAID_BEFORE_WORDS:
+            if not kept:
+                kept.append(" ".join(sentence.split()[-SAID_BEFORE_WORDS:]))
+            break
+        kept.insert(0, sentence)
+    return " ".join(kept)
 
 
 def _log_softmax(logits: np.ndarray) -> np.ndarray:

@@ -210,9 +210,10 @@ class WhisperService:
         return readings[pick(readings, self._scorer, weight=self._rescore_weight,
                              margin=RESCORE_MARGIN)][0] if readings else hearing.text
 
-    def ending(self, text: str) -> Ending | None:
-        """How ``text`` ends, by the language model (None without one)."""
-        return None if self._scorer is None else self._scorer.ending(text)
+    def ending(self, text: str, said_before: str = "") -> Ending | None:
+        """How ``text``, a reply to ``said_before``, ends, by the language model (None
+        without one)."""
+        return None if self._scorer is None else self._scorer.ending(text, said_before)
 
     def hear(self, pcm: np.ndarray, prompt: str = "") -> Hearing:
         """Whisper's readings of ``pcm``; ``prompt`` is given to the decoder as the text that
@@ -310,11 +311,12 @@ class WhisperSTT(PooledModel):
         told came before, which leans it towards such words (``WhisperService.hear``)."""
         return await self._models.call("hear", pcm, prompt, urgent=urgent)
 
-    async def ending(self, text: str) -> Ending | None:
-        """How ``text`` ends, by the language model (readings.py; None: not asked for)."""
+    async def ending(self, text: str, said_before: str = "") -> Ending | None:
+        """How ``text``, the user's reply to ``said_before`` (the agent's last words), ends,
+        by the language model (readings.py; None: not asked for)."""
         if not self._endings or not text.strip():
             return None
-        return await self._models.call("ending", text, urgent=True)
+        return await self._models.call("ending", text, said_before, urgent=True)
 
     async def choose(self, hearing: Hearing, *, urgent: bool = True) -> str:
         """``transcribe``'s text for a ``hear``: the worker is asked only when different words

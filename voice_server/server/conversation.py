@@ -58,7 +58,7 @@ class Transcriber(Protocol):
 
     async def choose(self, hearing: Hearing, *, urgent: bool = True) -> str: ...
 
-    async def ending(self, text: str) -> Ending | None: ...
+    async def ending(self, text: str, said_before: str = "") -> Ending | None: ...
 
 
 class ConversationServices(Protocol):
@@ -112,6 +112,16 @@ class Conversation:
             return None
         responder = self.services.responder_for(session)
         return turn if responder.interruptible(session.state) else None
+
+    def last_said(self) -> str:
+        """The agent's last words in the history ("" before it has said any): what the user's
+        next words answer, for the end-of-turn judge."""
+        session = self.session
+        for message in reversed(session.history if session is not None else []):
+            content = message.get("content")
+            if message.get("role") == "assistant" and isinstance(content, str) and content.strip():
+                return content
+        return ""
 
     def turn_taking(self) -> dict[str, Any]:
         """VAD overrides of the session's current playbook stage (may be empty)."""

@@ -234,7 +234,7 @@ class Listener:
             if self._policy.words_wait(heard.text, heard.alternatives) is not None:
                 return None  # the words wait already: the language model cannot add to it
             try:
-                return await self.stt.ending(heard.text)
+                return await self.stt.ending(heard.text, self.conversation().last_said())
             except STTError as exc:
                 log.warning("the language model's end-of-turn judgement failed: %s", exc)
                 return None

@@ -29,6 +29,8 @@ class _Words:
     async def hear(self, pcm: np.ndarray, *, urgent: bool = True, prompt: str = "") -> Hearing:
         return Hearing("What is the capital of France?")
 
+    async def prepare_ending(self, said_before: str) -> None: ...
+
     async def ending(self, text: str, said_before: str = "") -> Ending:
         self.asked_at, self.said_before = time.monotonic(), said_before
         return Ending(0.9, -0.5)

@@ -131,6 +131,28 @@ def test_a_reply_is_judged_as_a_reply_to_what_the_agent_said():
         scorer.close()
 
 
+@pytest.mark.slow
+def test_a_prepared_judge_reads_only_the_users_words():
+    """``prepare`` (called while the user speaks) reads the framing and the agent's words, so
+    the judgement at the pause evaluates the user's words alone, with the same figures."""
+    scorer = ReadingScorer(default_rescore_model())
+    said, words = "Would you like a table inside or outside?", "Outside, please."
+    try:
+        cold = scorer.ending(words, said)
+        scorer("Something else entirely.")  # the next call shares nothing with the last
+        scorer.prepare(said)
+        evaluated: list[int] = []
+        eval_tokens = scorer._llm.eval
+        scorer._llm.eval = lambda tokens: (evaluated.append(len(tokens)), eval_tokens(tokens))
+        warm = scorer.ending(words, said)
+        unpunctuated = scorer._tokens("Outside, please", said)  # ending drops the final "."
+        assert evaluated == [len(unpunctuated) - len(scorer._tokens("", said))]
+        assert warm.sentence_end == pytest.approx(cold.sentence_end, rel=0.05)
+        assert warm.last_word == pytest.approx(cold.last_word, abs=0.2)
+    finally:
+        scorer.close()
+
+
 def test_what_the_agent_said_is_cut_to_its_last_sentences():
     said = ("Paris is the capital of France, on the Seine. Would you like to know more? "
             "Or shall we talk about Berlin?")  # 17 words: the last two sentences are 11

@@ -113,6 +113,12 @@ class ReadingScorer:
         last_word = float(rows[np.arange(len(rows)), tokens[len(head):]].sum())
         return Ending(sentence_end, last_word)
 
+    def prepare(self, said_before: str = "") -> None:
+        """Read the framing of a reply to ``said_before`` now (the user is still speaking),
+        so that ``ending`` evaluates only the user's words: the tokens shared with the last
+        call are kept (``_logits``). Without it the agent's words cost ~50 ms more there."""
+        self._logits(self._tokens("", _recent(said_before) or OPENING_LINE))
+
     def _tokens(self, words: str, said_before: str) -> list[int]:
         chat = f"<|im_start|>assistant\n{said_before}<|im_end|>\n<|im_start|>user\n{words}"
         return self._llm.tokenize(chat.encode(), add_bos=False, special=True)

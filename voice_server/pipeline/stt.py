@@ -215,6 +215,10 @@ class WhisperService:
         without one)."""
         return None if self._scorer is None else self._scorer.ending(text, said_before)
 
+    def prepare_ending(self, said_before: str) -> None:
+        if self._scorer is not None:
+            self._scorer.prepare(said_before)
+
     def hear(self, pcm: np.ndarray, prompt: str = "") -> Hearing:
         """Whisper's readings of ``pcm``; ``prompt`` is given to the decoder as the text that
         came before (Whisper's previous-text prompt), which leans it towards such words."""
@@ -317,6 +321,12 @@ class WhisperSTT(PooledModel):
         if not self._endings or not text.strip():
             return None
         return await self._models.call("ending", text, said_before, urgent=True)
+
+    async def prepare_ending(self, said_before: str) -> None:
+        """Let the language model read what the user's words will answer, before ``ending``
+        is asked (not urgent: it waits for any urgent job)."""
+        if self._endings:
+            await self._models.call("prepare_ending", said_before, urgent=False)
 
     async def choose(self, hearing: Hearing, *, urgent: bool = True) -> str:
         """``transcribe``'s text for a ``hear``: the worker is asked only when different words

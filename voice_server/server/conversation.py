@@ -60,6 +60,8 @@ class Transcriber(Protocol):
 
     async def ending(self, text: str, said_before: str = "") -> Ending | None: ...
 
+    async def prepare_ending(self, said_before: str) -> None: ...
+
 
 class ConversationServices(Protocol):
     """What a conversation needs from the server hosting it."""

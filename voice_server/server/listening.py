@@ -339,6 +339,13 @@ class Listener:
             await self.conversation().interrupt()
         self.playback.resume()
         self._last_interim = time.monotonic()
+        self._spawn(self._prepare_judge(), "prepare-judge")
+
+    async def _prepare_judge(self) -> None:
+        """While the user speaks, the words' judge reads what they answer (readings.py
+        ``prepare``): the verdict at the pause then costs ~30 ms instead of ~80."""
+        with contextlib.suppress(STTError):
+            await self.stt.prepare_ending(self.conversation().last_said())
 
     async def _judge_barge_in(self) -> None:
         barge = self._barge

@@ -96,7 +96,7 @@ class ReadingScorer:
         ``SAID_BEFORE_WORDS``; none yet: ``OPENING_LINE``): a reply is judged as a reply.
         Without them "Two people." had a sentence-end chance of 0.001 and "At seven." 0.002, so
         answers to the playbook's "For how many people?" waited the full 1.6 s; after the
-        question, 0.014 and more. Fragments stay far below (docs/turn-taking.md)."""
+        question, 0.013. Fragments stay far below (docs/turn-taking.md)."""
         words = _FINAL_PUNCTUATION.sub("", text.strip())
         if not words:
             return Ending(0.0, 0.0)

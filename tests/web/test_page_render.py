@@ -23,11 +23,17 @@ import pytest
 import pytest_asyncio
 from aiohttp import WSMsgType, web
 
-from tests.web.conftest import CHROMIUM, embed_example, needs_chromium, serve_html, static_routes
+from tests.web.conftest import (
+    ARTIFACTS,
+    CHROMIUM,
+    ROOT,
+    embed_example,
+    needs_chromium,
+    serve_html,
+    static_routes,
+)
 
-ROOT = Path(__file__).resolve().parents[2]
 WEB = ROOT / "web_client"
-ARTIFACTS = ROOT / "artifacts" / "web"
 TIMEOUT = 10.0 * float(os.environ.get("TEST_TIME_FACTOR", "1"))
 STATIC_ROUTES = static_routes()  # the page's files and the client's modules
 CONTENT_TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html"}

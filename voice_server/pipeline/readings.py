@@ -100,7 +100,7 @@ class ReadingScorer:
         words = _FINAL_PUNCTUATION.sub("", text.strip())
         if not words:
             return Ending(0.0, 0.0)
-        before = _recent(said_before) or OPENING_LINE
+        before = _answered(said_before)
         tokens = self._tokens(words, before)
         if len(tokens) > self._llm.n_ctx():
             return Ending(1.0, 0.0)  # longer than the model reads: no judgement
@@ -117,7 +117,7 @@ class ReadingScorer:
         """Read the framing of a reply to ``said_before`` now (the user is still speaking),
         so that ``ending`` evaluates only the user's words: the tokens shared with the last
         call are kept (``_logits``). Without it the agent's words cost ~50 ms more there."""
-        self._logits(self._tokens("", _recent(said_before) or OPENING_LINE))
+        self._logits(self._tokens("", _answered(said_before)))
 
     def _tokens(self, words: str, said_before: str) -> list[int]:
         chat = f"<|im_start|>assistant\n{said_before}<|im_end|>\n<|im_start|>user\n{words}"
@@ -141,6 +141,12 @@ class ReadingScorer:
     def close(self) -> None:
         with self._lock:
             self._llm.close()
+
+
+def _answered(said_before: str) -> str:
+    """What the user's words are framed as answering; ``prepare`` and ``ending`` must agree
+    on it, or the prepared tokens are not shared and are read again."""
+    return _recent(said_before) or OPENING_LINE
 
 
 def _recent(said: str) -> str:

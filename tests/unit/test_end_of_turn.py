@@ -96,6 +96,22 @@ def test_words_a_language_model_would_go_on_with_wait():
     assert off.judge(0.98, "What is the capital done?", (), Ending(0.0001, -15.5)).complete
 
 
+def test_a_bare_number_or_a_name_is_left_to_the_voice():
+    """The language model wants more after one word ("Seven" -> " years") and finds any name
+    unlikely; neither says the reply goes on (figures of the bundled model, after the booking
+    playbook's questions)."""
+    policy = EndOfTurnPolicy(commit_ms=200, max_ms=1600, fallback_ms=500)
+    assert policy.judge(0.9, "Seven.", (), Ending(0.0025, 0.0)).complete
+    assert policy.judge(0.9, "Under Garcia.", (), Ending(0.078, -14.5)).complete
+    assert policy.judge(0.9, "The name is Olson.", (), Ending(0.33, -15.1)).complete
+    assert policy.judge(0.01, "Seven.", (), Ending(0.0025, 0.0)).wait_ms == 1600  # the voice
+    # not a name: a lower-case word, or a capital that starts a sentence
+    assert policy.judge(0.9, "What is the capital done?", (), Ending(0.05, -15.5)).wait_ms == 1600
+    assert policy.judge(0.9, "Yes. Done.", (), Ending(0.05, -15.5)).wait_ms == 1600
+    assert policy.judge(0.9, "Two people at", (), Ending(0.0, -6.4)).wait_ms == 1600
+    assert policy.judge(0.9, "Who painted the Mona?", (), Ending(0.0001, -3.0)).wait_ms == 1600
+
+
 def test_one_unfinished_reading_among_the_likely_ones_is_enough_to_wait():
     """Whisper ends a cut-off sentence with a word it invents; its beam often holds the cut."""
     verdict = POLICY.judge(0.9, "I would like to work a table for it.",

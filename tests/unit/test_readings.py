@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from voice_server.pipeline.end_of_turn import EndOfTurnPolicy
 from voice_server.pipeline.readings import SAID_BEFORE_WORDS, ReadingScorer, _recent, pick
 from voice_server.pipeline.stt import default_rescore_model
 
@@ -127,6 +128,26 @@ def test_a_reply_is_judged_as_a_reply_to_what_the_agent_said():
             assert scorer.ending(cut, before).sentence_end < below, cut
         long_answer = "Paris is the capital of France, on the Seine. " * 20
         assert scorer.ending("And Germany?", long_answer).sentence_end > below
+    finally:
+        scorer.close()
+
+
+@pytest.mark.slow
+def test_bare_numbers_and_names_end_a_reply_and_fragments_still_wait():
+    """With the bundled model's own figures: "Seven." (a sentence end 0.0025 after the time
+    question) and names ("Under Garcia.": its last word -14.5) waited 1.6 s in the booking
+    playbook; the fragments after the same questions still wait."""
+    scorer = ReadingScorer(default_rescore_model())
+    policy = EndOfTurnPolicy()
+    when, name = "What time would you like the table?", "And what name shall I put it under?"
+    try:
+        for before, reply in [(when, "Seven."), (name, "Under Garcia."),
+                              (name, "The name is Olson.")]:
+            assert policy.judge(0.9, reply, (), scorer.ending(reply, before)).complete, reply
+        for before, cut in [(when, "Half past"), (name, "It's under the name of"),
+                            (name, "My name is"), ("", "Who painted the Mona")]:
+            verdict = policy.judge(0.9, cut, (), scorer.ending(cut, before))
+            assert verdict.wait_ms == policy.max_ms, cut
     finally:
         scorer.close()
 

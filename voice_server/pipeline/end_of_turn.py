@@ -120,6 +120,29 @@ def _asks_for_its_last_word(words: list[str]) -> bool:
                for i in range(1, len(words) - 2))
 
 
+def _one_word(text: str) -> bool:
+    """A reply of one word ("Seven.", "Two.", "Smith.") that the rules find finished: the small
+    language model wants more after a bare number or name ("Seven" -> " years" 0.2, a sentence
+    end 0.0025 after "At what time would you like the table?"), so its sentence-end chance
+    says nothing there and the voice decides."""
+    return len(_WORD.findall(text.lower())) == 1
+
+
+_LAST_WORD = re.compile(r"(?:^|(?P<before>\S)\s+)(?P<word>[\w'’-]+)\W*$")
+
+
+def _ends_on_a_name(text: str) -> bool:
+    """Whisper capitalizes names: a last word capitalized inside a sentence ("Under Garcia.",
+    "The name is Olson.") is one. A name is a rare word by nature (-14.5 and -15.1 after the
+    words before it), so the unlikely-last-word check, meant for the common word Whisper
+    invents to finish a cut-off sentence ("What is the capital done?"), does not apply."""
+    match = _LAST_WORD.search(text.strip())
+    if match is None or match["before"] is None or match["before"][-1] in ".?!":
+        return False
+    word = match["word"]
+    return word[0].isupper() and word != "I"
+
+
 class Ending(NamedTuple):
     """How the words end, by a language model (readings.py ``ReadingScorer.ending``)."""
 
@@ -171,9 +194,11 @@ class EndOfTurnPolicy:
             return Verdict(self.fallback_ms, "fallback", probability)
         if (waits := self.words_wait(words, alternatives, probability)) is not None:
             return waits
-        if ending is not None and ending.sentence_end < self.sentence_end_below:
+        if (ending is not None and ending.sentence_end < self.sentence_end_below
+                and not _one_word(words)):
             return Verdict(self.max_ms, "unfinished sentence", probability)
-        if ending is not None and ending.last_word < self.last_word_below:
+        if (ending is not None and ending.last_word < self.last_word_below
+                and not _ends_on_a_name(words)):
             return Verdict(self.max_ms, "unlikely last word", probability)
         if probability is None:
             return Verdict(self.fallback_ms, "fallback", probability)

@@ -11,8 +11,8 @@ import pytest
 
 from voice_server.compute import ComputePool
 from voice_server.pipeline.audio import resample
-from voice_server.pipeline.barge_in import HUM_PROMPT, is_backchannel, no_words
-from voice_server.pipeline.stt import WhisperSTT
+from voice_server.pipeline.barge_in import HUM_PROMPT, acknowledges
+from voice_server.pipeline.stt import Hearing, WhisperSTT
 from voice_server.pipeline.tts import default_piper_voice
 
 pytestmark = pytest.mark.slow
@@ -43,16 +43,15 @@ async def test_a_hum_over_the_agent_is_an_acknowledgement_and_a_word_is_not():
         stt = WhisperSTT(pool)
         await stt.load()
         try:
-            heard = {text: (await stt.hear(pcm, prompt=HUM_PROMPT)).text
-                     for text, pcm in clips.items()}
-            unprompted = {text: (await stt.hear(clips[text])).text for text in HUMS}
+            heard = {text: await stt.hear(pcm, prompt=HUM_PROMPT) for text, pcm in clips.items()}
+            unprompted = {text: await stt.hear(clips[text]) for text in HUMS}
         finally:
             await stt.aclose()
 
-    def acknowledges(words: str) -> bool:  # as listening.py's judge decides over the agent
-        return no_words(words) or is_backchannel(words)
+    def acknowledged(hearing: Hearing) -> bool:  # as listening.py's judge decides
+        return acknowledges(hearing.text, hearing.alternatives)
 
-    assert all(acknowledges(heard[text]) for text in HUMS), heard
-    assert not any(acknowledges(heard[text]) for text in INTERRUPTIONS), heard
+    assert all(acknowledged(heard[text]) for text in HUMS), heard
+    assert not any(acknowledged(heard[text]) for text in INTERRUPTIONS), heard
     # the prompt is what tells them apart: without it most hums read as words
-    assert sum(not acknowledges(words) for words in unprompted.values()) >= 2, unprompted
+    assert sum(not acknowledged(hearing) for hearing in unprompted.values()) >= 2, unprompted

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from ..metrics import TurnRecord
-from ..pipeline.barge_in import HUM_PROMPT, is_backchannel, is_echo, no_words
+from ..pipeline.barge_in import HUM_PROMPT, acknowledges, is_echo, no_words
 from ..pipeline.echo import EchoReference, echo_share
 from ..pipeline.end_of_turn import Ending, EndOfTurnPolicy, Verdict
 from ..pipeline.speech import HeldOutput, SpeechOutput
@@ -363,10 +363,10 @@ class Listener:
         barge.judged_samples = self._vad.utterance_samples
         barge.judge = self._spawn(self._words(pcm), "barge-in-words")
 
-    async def _words(self, pcm: np.ndarray) -> str:
+    async def _words(self, pcm: np.ndarray) -> Hearing:
         """The words by the audio alone: enough to tell an acknowledgement, and sooner;
         Whisper is told a hum came before (``HUM_PROMPT``), so it writes a hum as one."""
-        return (await self.stt.hear(pcm, prompt=HUM_PROMPT)).text
+        return await self.stt.hear(pcm, prompt=HUM_PROMPT)
 
     def _judge_again(self, barge: _BargeIn) -> None:
         """Speech judged not to interrupt goes on (echo of a long answer, or the user who
@@ -422,12 +422,14 @@ class Listener:
             self._judge(barge, self._vad.utterance_so_far())
         assert barge.judge is not None
         await asyncio.wait({barge.judge})
-        words = "" if barge.judge.cancelled() or barge.judge.exception() else barge.judge.result()
+        heard = (Hearing("") if barge.judge.cancelled() or barge.judge.exception()
+                 else barge.judge.result())
+        words = heard.text
         turn = self.conversation().interruptible_turn()
         if turn is None:
             real = not no_words(words)  # the agent finished meanwhile: an ordinary utterance
         else:
-            real = not no_words(words) and not is_backchannel(words) and not (
+            real = not acknowledges(words, heard.alternatives) and not (
                 barge.echo_share >= ECHO_WORDS_FROM and is_echo(words, barge.agent_said))
         if not real:
             log.debug("not a barge-in: %r", words)

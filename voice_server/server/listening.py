@@ -93,7 +93,7 @@ class _BargeIn:
     record: TurnRecord  # the new utterance's
     agent_said: str
     detected: float  # when the speech (or, judged again, its latest part) began to count
-    judge: asyncio.Task[str] | None = None
+    judge: asyncio.Task[Hearing] | None = None
     judged_samples: int = 0  # of the utterance, when its words were last judged
     echo_share: float = 0.0  # of the agent's own audio in the voice, when last measured
     ignored: bool = False  # judged an acknowledgement, noise or echo: not a turn

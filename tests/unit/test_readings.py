@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from voice_server.pipeline.end_of_turn import EndOfTurnPolicy
@@ -150,6 +151,31 @@ def test_bare_numbers_and_names_end_a_reply_and_fragments_still_wait():
             assert verdict.wait_ms == policy.max_ms, cut
     finally:
         scorer.close()
+
+
+@pytest.mark.slow
+def test_the_ending_figures_are_the_models_own():
+    """``ending`` reads only the last rows of the model's output, on one thread; its figures
+    are those of the whole output read directly from llama.cpp."""
+    from llama_cpp import Llama
+
+    scorer = ReadingScorer(default_rescore_model(), threads=2)
+    model = Llama(str(default_rescore_model()), n_ctx=256, logits_all=True, verbose=False)
+    said, words = "For how many people?", "Two people"
+    try:
+        got = scorer.ending(words + ".", said)
+        tokens = scorer._tokens(words, said)
+        head = scorer._tokens("Two", said)
+        model.eval(tokens)
+        logits = np.asarray(model.scores[:len(tokens)], dtype=np.float64)
+        log_probs = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+        ends = [model.tokenize(mark.encode(), add_bos=False)[0] for mark in "?.!"]
+        assert got.sentence_end == pytest.approx(np.exp(log_probs[-1, ends]).sum(), rel=1e-3)
+        last = sum(log_probs[i - 1, tokens[i]] for i in range(len(head), len(tokens)))
+        assert got.last_word == pytest.approx(last, abs=1e-3)
+    finally:
+        scorer.close()
+        model.close()
 
 
 @pytest.mark.slow

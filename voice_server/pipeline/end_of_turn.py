@@ -123,7 +123,7 @@ def _asks_for_its_last_word(words: list[str]) -> bool:
 def _one_word(text: str) -> bool:
     """A reply of one word ("Seven.", "Two.", "Smith.") that the rules find finished: the small
     language model wants more after a bare number or name ("Seven" -> " years" 0.2, a sentence
-    end 0.0025 after "At what time would you like the table?"), so its sentence-end chance
+    end 0.0025 after "What time would you like the table?"), so its sentence-end chance
     says nothing there and the voice decides."""
     return len(_WORD.findall(text.lower())) == 1
 

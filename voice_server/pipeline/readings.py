@@ -109,7 +109,7 @@ class ReadingScorer:
         head = self._tokens(words.rsplit(" ", 1)[0], before) if " " in words else tokens
         splits = len(head) < len(tokens) and tokens[:len(head)] == head
         # only the rows read below: the last word's tokens and what follows them (all the
-        # rows, the agent's words' too, took ~15 ms more to copy and normalize)
+        # rows, the agent's words' too, took ~8 ms more to copy and normalize)
         first = len(head) - 1 if splits else len(tokens) - 1
         log_probs = _log_softmax(self._logits(tokens, first, 1))
         sentence_end = float(np.exp(log_probs[-1, self._ends]).sum())

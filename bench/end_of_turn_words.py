@@ -85,7 +85,7 @@ def main() -> None:
     scorer, policy = stt._scorer, EndOfTurnPolicy()
     assert scorer is not None
     reply = scorer._tokens
-    framings = {"reply": reply, "alone": lambda words, said_before: scorer._llm.tokenize(
+    framings = {"reply": reply, "alone": lambda words, said_before: scorer._judge.llm.tokenize(
         f"<|im_start|>user\n{words}".encode(), add_bos=False, special=True)}
     silence = np.zeros(1920, dtype=np.int16)  # 120 ms at 16 kHz: the speculative start
 

@@ -181,16 +181,18 @@ def test_the_ending_figures_are_the_models_own():
 @pytest.mark.slow
 def test_a_prepared_judge_reads_only_the_users_words():
     """``prepare`` (called while the user speaks) reads the framing and the agent's words, so
-    the judgement at the pause evaluates the user's words alone, with the same figures."""
+    the judgement at the pause evaluates the user's words alone, with the same figures, even
+    when readings were rescored in between (they evicted the framing once: ~145 ms, not ~40)."""
     scorer = ReadingScorer(default_rescore_model())
     said, words = "Would you like a table inside or outside?", "Outside, please."
     try:
         cold = scorer.ending(words, said)
         scorer("Something else entirely.")  # the next call shares nothing with the last
         scorer.prepare(said)
+        scorer("Outside please.")  # rescoring readings meanwhile does not evict the framing
         evaluated: list[int] = []
-        eval_tokens = scorer._llm.eval
-        scorer._llm.eval = lambda tokens: (evaluated.append(len(tokens)), eval_tokens(tokens))
+        eval_tokens = scorer._judge.llm.eval
+        scorer._judge.llm.eval = lambda tokens: (evaluated.append(len(tokens)), eval_tokens(tokens))
         warm = scorer.ending(words, said)
         unpunctuated = scorer._tokens("Outside, please", said)  # ending drops the final "."
         assert evaluated == [len(unpunctuated) - len(scorer._tokens("", said))]

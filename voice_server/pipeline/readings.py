@@ -62,30 +62,63 @@ def pick(readings: Sequence[tuple[str, float]], lm: Callable[[str], float], *,
     return max(contenders, key=lambda i: readings[i][1] + weight * lm(readings[i][0]))
 
 
-class ReadingScorer:
-    """Mean log-probability per token of a short text under a small GGUF language model.
+class _Context:
+    """One llama.cpp context on the model, with the tokens it last read kept: the next call
+    evaluates only what differs. The worker serves calls from several threads and a context
+    is not thread-safe (two at once failed a ggml assertion and killed the worker), hence the
+    lock."""
 
-    The worker serves calls from several threads and a llama.cpp context is not thread-safe
-    (two at once failed a ggml assertion and killed the worker), hence the lock. Readings of
-    one utterance mostly differ near their end, so the tokens shared with the last text scored
-    are not evaluated again."""
+    def __init__(self, model_path: str | Path, threads: int) -> None:
+        from llama_cpp import Llama
+
+        self.llm = Llama(str(model_path), n_ctx=256, n_batch=256, logits_all=True,
+                         n_threads=threads, n_threads_batch=threads, verbose=False)
+        self._lock = threading.Lock()
+
+    def logits(self, tokens: list[int], first: int = 0) -> np.ndarray:
+        """The logits after each of ``tokens`` from the ``first`` on."""
+        with self._lock:
+            llm = self.llm
+            kept = 0
+            for old, new in zip(llm.input_ids[:min(llm.n_tokens, len(tokens) - 1)], tokens,
+                                strict=False):
+                if old != new:
+                    break
+                kept += 1
+            llm.n_tokens = kept  # eval() drops the cache past it
+            llm.eval(tokens[kept:])
+            return np.asarray(llm.scores[first:len(tokens)], dtype=np.float64)
+
+    def close(self) -> None:
+        with self._lock:
+            self.llm.close()
+
+
+class ReadingScorer:
+    """Mean log-probability per token of a short text under a small GGUF language model
+    (rescoring readings), and how a reply ends (the end of turn), each in its own context
+    (_Context) on the same mapped model file.
+
+    Readings of one utterance mostly differ near their end, so the tokens shared with the last
+    text scored are not evaluated again. The end of turn's context keeps the agent's words
+    read by ``prepare``: in one shared context, rescoring between them evicted those and the
+    judgement read them again (~145 ms instead of ~40). It runs on one thread: it runs beside
+    the turn model or the first piece's synthesis (the compute pool admits two jobs), where
+    two threads on a busy core took it 70-140 ms; rescoring runs while the LLM waits for the
+    words, on all of ``threads``."""
 
     def __init__(self, model_path: str | Path, *, threads: int = 1) -> None:
-        from llama_cpp import Llama, llama_set_n_threads
-
-        self._llm = Llama(str(model_path), n_ctx=256, n_batch=256, logits_all=True,
-                          n_threads=threads, n_threads_batch=threads, verbose=False)
-        self._threads = threads
-        self._set_threads = llama_set_n_threads
-        self._lock = threading.Lock()
-        self._ends = [self._llm.tokenize(mark.encode(), add_bos=False)[0] for mark in "?.!"]
+        self._rescorer = _Context(model_path, threads)
+        self._judge = _Context(model_path, 1)
+        llm = self._judge.llm
+        self._ends = [llm.tokenize(mark.encode(), add_bos=False)[0] for mark in "?.!"]
 
     def __call__(self, text: str) -> float:
-        tokens = self._llm.tokenize((" " + text.strip()).encode(), add_bos=True)
-        tokens = tokens[:self._llm.n_ctx()]
+        llm = self._rescorer.llm
+        tokens = llm.tokenize((" " + text.strip()).encode(), add_bos=True)[:llm.n_ctx()]
         if len(tokens) < 2:
             return 0.0
-        log_probs = _log_softmax(self._logits(tokens, 0, self._threads)[:-1])
+        log_probs = _log_softmax(self._rescorer.logits(tokens)[:-1])
         return float(log_probs[np.arange(len(tokens) - 1), tokens[1:]].mean())
 
     def ending(self, text: str, said_before: str = "") -> Ending:
@@ -104,14 +137,14 @@ class ReadingScorer:
             return Ending(0.0, 0.0)
         before = _answered(said_before)
         tokens = self._tokens(words, before)
-        if len(tokens) > self._llm.n_ctx():
+        if len(tokens) > self._judge.llm.n_ctx():
             return Ending(1.0, 0.0)  # longer than the model reads: no judgement
         head = self._tokens(words.rsplit(" ", 1)[0], before) if " " in words else tokens
         splits = len(head) < len(tokens) and tokens[:len(head)] == head
         # only the rows read below: the last word's tokens and what follows them (all the
         # rows, the agent's words' too, took ~8 ms more to copy and normalize)
         first = len(head) - 1 if splits else len(tokens) - 1
-        log_probs = _log_softmax(self._logits(tokens, first, 1))
+        log_probs = _log_softmax(self._judge.logits(tokens, first))
         sentence_end = float(np.exp(log_probs[-1, self._ends]).sum())
         if not splits:
             return Ending(sentence_end, 0.0)  # one word, or it does not split at the space
@@ -122,36 +155,17 @@ class ReadingScorer:
     def prepare(self, said_before: str = "") -> None:
         """Read the framing of a reply to ``said_before`` now (the user is still speaking),
         so that ``ending`` evaluates only the user's words: the tokens shared with the last
-        call are kept (``_logits``). Without it the agent's words cost ~50 ms more there."""
+        call are kept (``_Context``). Without it the agent's words cost ~50 ms more there."""
         tokens = self._tokens("", _answered(said_before))
-        self._logits(tokens, len(tokens) - 1, 1)
+        self._judge.logits(tokens, len(tokens) - 1)
 
     def _tokens(self, words: str, said_before: str) -> list[int]:
         chat = f"<|im_start|>assistant\n{said_before}<|im_end|>\n<|im_start|>user\n{words}"
-        return self._llm.tokenize(chat.encode(), add_bos=False, special=True)
-
-    def _logits(self, tokens: list[int], first: int, threads: int) -> np.ndarray:
-        """The logits after each of ``tokens`` from the ``first`` on (the tokens shared with
-        the last call are not evaluated again), computed on ``threads``. The end of turn's
-        judgement runs on one: it runs beside the turn model or the first piece's synthesis
-        (the compute pool admits two jobs), and two threads on a busy core took it from ~45 to
-        70-140 ms; rescoring readings runs while the LLM waits for them, on all."""
-        with self._lock:
-            llm = self._llm
-            self._set_threads(llm.ctx, threads, threads)
-            kept = 0
-            for old, new in zip(llm.input_ids[:min(llm.n_tokens, len(tokens) - 1)], tokens,
-                                strict=False):
-                if old != new:
-                    break
-                kept += 1
-            llm.n_tokens = kept  # eval() drops the cache past it
-            llm.eval(tokens[kept:])
-            return np.asarray(llm.scores[first:len(tokens)], dtype=np.float64)
+        return self._judge.llm.tokenize(chat.encode(), add_bos=False, special=True)
 
     def close(self) -> None:
-        with self._lock:
-            self._llm.close()
+        self._rescorer.close()
+        self._judge.close()
 
 
 def _answered(said_before: str) -> str:

@@ -178,6 +178,21 @@ def test_the_ending_figures_are_the_models_own():
         model.close()
 
 
+def test_only_the_contexts_asked_for_are_made():
+    """Each llama.cpp context holds ~116 MB: a scorer for endings alone (rescoring off) or
+    for rescoring alone (endings off: another language) makes only its own."""
+    judge = ReadingScorer(default_rescore_model(), rescoring=False)
+    rescorer = ReadingScorer(default_rescore_model(), endings=False)
+    try:
+        assert list(judge._contexts) == ["endings"]
+        assert judge.ending("Who painted the Mona").sentence_end < 0.005
+        assert list(rescorer._contexts) == ["rescoring"]
+        assert rescorer("What is the capital of France?") > rescorer("What is the capital done?")
+    finally:
+        judge.close()
+        rescorer.close()
+
+
 @pytest.mark.slow
 def test_a_prepared_judge_reads_only_the_users_words():
     """``prepare`` (called while the user speaks) reads the framing and the agent's words, so

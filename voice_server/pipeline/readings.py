@@ -107,11 +107,21 @@ class ReadingScorer:
     two threads on a busy core took it 70-140 ms; rescoring runs while the LLM waits for the
     words, on all of ``threads``."""
 
-    def __init__(self, model_path: str | Path, *, threads: int = 1) -> None:
-        self._rescorer = _Context(model_path, threads)
-        self._judge = _Context(model_path, 1)
-        llm = self._judge.llm
+    def __init__(self, model_path: str | Path, *, threads: int = 1, rescoring: bool = True,
+                 endings: bool = True) -> None:
+        """Only the contexts asked for are made (each holds ~116 MB of buffers)."""
+        self._contexts = {use: _Context(model_path, n) for use, n, wanted in
+                          (("rescoring", threads, rescoring), ("endings", 1, endings)) if wanted}
+        llm = next(iter(self._contexts.values())).llm
         self._ends = [llm.tokenize(mark.encode(), add_bos=False)[0] for mark in "?.!"]
+
+    @property
+    def _rescorer(self) -> _Context:
+        return self._contexts["rescoring"]
+
+    @property
+    def _judge(self) -> _Context:
+        return self._contexts["endings"]
 
     def __call__(self, text: str) -> float:
         llm = self._rescorer.llm
@@ -164,8 +174,8 @@ class ReadingScorer:
         return self._judge.llm.tokenize(chat.encode(), add_bos=False, special=True)
 
     def close(self) -> None:
-        self._rescorer.close()
-        self._judge.close()
+        for context in self._contexts.values():
+            context.close()
 
 
 def _answered(said_before: str) -> str:

@@ -184,11 +184,15 @@ class WhisperService:
         self._model = WhisperModel(model, device="cpu", compute_type=compute_type,
                                    cpu_threads=threads, local_files_only=True)
         self._rescore_weight = rescore_weight
-        self._scorer = (ReadingScorer(rescore_model, threads=threads)
+        self._endings = endings
+        self._scorer = (ReadingScorer(rescore_model, threads=threads,
+                                      rescoring=rescore_weight > 0, endings=endings)
                         if rescore_model and (rescore_weight > 0 or endings) else None)
         self.transcribe(np.zeros(8000, dtype=np.int16))  # self-test, and warm
-        if self._scorer is not None:
+        if self._scorer is not None and endings:
             self._scorer.ending("Is this warm?")
+        if self._scorer is not None and rescore_weight > 0:
+            self._scorer("Is this warm?")
 
     def info(self) -> dict[str, Any]:
         return {"model": self.model_ref}
@@ -212,11 +216,13 @@ class WhisperService:
 
     def ending(self, text: str, said_before: str = "") -> Ending | None:
         """How ``text``, a reply to ``said_before``, ends, by the language model (None
-        without one)."""
-        return None if self._scorer is None else self._scorer.ending(text, said_before)
+        without one, or when endings were not asked for)."""
+        if self._scorer is None or not self._endings:
+            return None
+        return self._scorer.ending(text, said_before)
 
     def prepare_ending(self, said_before: str) -> None:
-        if self._scorer is not None:
+        if self._scorer is not None and self._endings:
             self._scorer.prepare(said_before)
 
     def hear(self, pcm: np.ndarray, prompt: str = "") -> Hearing:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import aiohttp
 import pytest
 
 import voice_server.adapters.broker as broker
@@ -9,9 +10,13 @@ import voice_server.adapters.host as host
 from voice_server.adapters.broker import request_completion
 from voice_server.adapters.host import HostClient
 from voice_server.adapters.launch import launch_sidecars
+from voice_server.adapters.prompt import ToolConfig, open_store
 from voice_server.config import ConfigError, Settings
-from voice_server.llm import LLMError
+from voice_server.llm import ChatRequest, LLMError, LLMRouter
+from voice_server.llm.openai_compat import OpenAICompatProvider
 from voice_server.llm.registry import build_router
+
+SETTINGS = Settings()
 
 
 async def test_launch_both_sidecars_from_config(fake_router, tmp_path):
@@ -19,7 +24,7 @@ async def test_launch_both_sidecars_from_config(fake_router, tmp_path):
     config = {"broker": {"http_port": 0, "options": {"max_tokens": 50}},
               "host": {"unix_path": str(tmp_path / "h.sock"),
                        "options": {"host_name": "beside"}}}
-    async with launch_sidecars(fake_router, config) as ready:
+    async with launch_sidecars(fake_router, config, SETTINGS) as ready:
         assert set(ready) == {"broker", "host"} and ready["broker"]["http"]
         b_host, b_port = ready["broker"]["broker"].rsplit(":", 1)
         completion = await request_completion((b_host, int(b_port)), "to the broker")
@@ -34,12 +39,53 @@ async def test_launch_both_sidecars_from_config(fake_router, tmp_path):
     ({"nope": {}}, "unknown sidecars \\['nope'\\]"),
     ({"broker": {"port": -1}}, "sidecar 'broker'"),
     ({"host": {"options": {"concurrency": 0}}}, "sidecar 'host'"),
+    ({"caller": {"port": 0}}, "sidecar 'caller'.*needs client_registry .* or token"),
+    ({"caller": {"port": 0, "client_registry": "/nonexistent/registry.json"}},
+     "sidecar 'caller': cannot read client registry /nonexistent/registry.json"),
+    ({"prompt": {"port": 0, "grpc_port": None, "db": "postgres://bad host/"}},
+     "sidecar 'prompt': prompt tool store: "),
 ])
 async def test_launch_rejects_bad_config(fake_router, config, message):
-    """Unknown sidecars and invalid options are configuration errors, not tracebacks."""
+    """Unknown sidecars, invalid options and unreadable files are configuration errors."""
     with pytest.raises(ConfigError, match=message):
-        async with launch_sidecars(fake_router, config):
+        async with launch_sidecars(fake_router, config, SETTINGS):
             pass
+
+
+async def test_launch_caller_and_prompt_on_the_servers_model(fake_openai, tmp_path):
+    """The caller's default ``local`` provider and the prompt service's ``local`` tools run on
+    the model the router lends them (not a second copy), and leave it open when they stop."""
+    model = OpenAICompatProvider(name="local", base_url=fake_openai.base_url,
+                                 default_model="fake-model", timeout_s=10.0)
+    router = LLMRouter({"local": model}, default="local")
+    db = str(tmp_path / "tools.sqlite3")
+    async with open_store(db) as store:
+        await store.put(ToolConfig(name="here", provider="local"))
+    config = {"caller": {"port": 0, "token": "t0ken"},
+              "prompt": {"port": 0, "grpc_port": None, "db": db,
+                         "secrets_file": str(tmp_path / "none.env")}}
+    try:
+        async with launch_sidecars(router, config, SETTINGS) as ready, \
+                aiohttp.ClientSession() as http:
+            assert set(ready) == {"caller", "prompt"} and "grpc" not in ready["prompt"]
+            async with http.post(f"{ready['caller']['url']}/mcp/chat", json={
+                    "requestId": "r1", "callerTool": "t", "maxTokens": 8,
+                    "messages": [{"role": "user", "content": "to the caller"}]},
+                    headers={"x-llm-caller-token": "t0ken"}) as resp:
+                body = await resp.json()
+            assert resp.status == 200, body
+            assert body["message"]["content"] == "You said: to the caller"
+            assert body["providerInfo"]["name"] == "local"
+            async with http.post(f"{ready['prompt']['connect']}/prompt.v1.PromptService/Run",
+                                 json={"tool_name": "here", "input": "to the prompt"}) as resp:
+                body = await resp.json()
+            assert body["output"] == [{"type": "output_text",
+                                       "text": "You said: to the prompt"}], body
+        result = await router.complete(ChatRequest(  # the lender's model outlives them
+            messages=[{"role": "user", "content": "still open"}]))
+        assert result.text == "You said: still open"
+    finally:
+        await router.aclose()
 
 
 def test_router_factory_from_settings():

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import aiohttp
+
 from tests.support.fake_openai import FakeOpenAI
 from voice_server.config import load_settings
 from voice_server.server.app import VoiceServer
@@ -35,3 +37,22 @@ async def test_host_sidecar_runs_beside_the_server_on_the_same_llm():
             writer.close()
             assert text == "Hello from the shared model."
             assert fake.requests[-1]["messages"][-1]["content"] == "hi"
+
+
+async def test_caller_runs_beside_the_server_on_the_same_llm():
+    """`sidecars: {caller: ...}` starts the LLM caller; its `local` provider is the server's
+    model, and the server's health lists its address."""
+    async with FakeOpenAI(default_text="Hello from the shared model.") as fake:
+        settings = load_settings(port=0, preload_models=False, llm_provider="openai_compat",
+                                 llm_base_url=fake.base_url, llm_model="fake-model",
+                                 sidecars={"caller": {"port": 0, "token": "beside"}})
+        async with VoiceServer(settings) as server, aiohttp.ClientSession() as http:
+            url = server.sidecars["caller"]["url"]
+            async with http.get(f"http://127.0.0.1:{server.port}/health") as resp:
+                assert (await resp.json())["sidecars"]["caller"] == {"url": url}
+            async with http.post(f"{url}/mcp/chat", headers={"x-llm-caller-token": "beside"},
+                                 json={"requestId": "b1", "callerTool": "t", "messages": [
+                                     {"role": "user", "content": "hi"}]}) as resp:
+                body = await resp.json()
+            assert body["message"]["content"] == "Hello from the shared model.", body
+            assert body["providerInfo"]["model"] == "fake-model"

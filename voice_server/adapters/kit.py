@@ -4,8 +4,9 @@ A sidecar command gets its parser from ``add_sidecar_command`` (listen flags plu
 flags, ``add_llm_flags``; read back with ``settings_from_args``), runs its coroutine through
 ``run_async`` (one stderr line instead of a traceback when the model or the port fails), and
 serves until ``stop_event()`` is set. ``serve_sidecar`` does all of that for a
-sidecar with a ``run_sidecar(router, config)`` context (the unit that ``adapters.launch`` also
-starts beside the voice server).
+sidecar with a ``run_sidecar(router, config, settings)`` context (the unit that
+``adapters.launch`` also starts beside the voice server; ``settings`` give the LLM defaults,
+``with_defaults``, that the sidecar's own options leave unset).
 
 Servers and clients are ``AsyncService``s (``async with`` over ``start`` / ``aclose``). The
 stream sidecars (broker, host) are ``StreamServer``s: TCP and/or a Unix socket, each peer served
@@ -26,10 +27,10 @@ import stat
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..config import Settings
 from ..llm import LLMError, LLMRouter
@@ -51,6 +52,8 @@ __all__ = [
     "settings_from_args",
     "stop_event",
     "stop_servers",
+    "validation_text",
+    "with_defaults",
 ]
 
 log = logging.getLogger(__name__)
@@ -118,25 +121,43 @@ def stop_event() -> asyncio.Event:
     return stop
 
 
-SidecarRunner = Callable[[LLMRouter, Any], AbstractAsyncContextManager[dict[str, str]]]
+_Options = TypeVar("_Options", bound=BaseModel)
+SidecarRunner = Callable[[LLMRouter, Any, Settings],
+                         AbstractAsyncContextManager[dict[str, str]]]
 
 
-def serve_sidecar(run_sidecar: SidecarRunner, settings: Settings, config: Any) -> int:
-    """Serve ``run_sidecar(router, config)`` over the router the settings describe until a stop
-    signal; its addresses go to stdout as one JSON line once it listens."""
+def serve_sidecar(run_sidecar: SidecarRunner, settings: Settings, config: Any, *,
+                  prog: str = "voice-server",
+                  failures: Sequence[Failure] = LLM_SETUP_FAILURES) -> int:
+    """Serve ``run_sidecar(router, config, settings)`` over the router the settings describe
+    until a stop signal; its addresses go to stdout as one JSON line once it listens."""
     async def main() -> int:
         from ..llm.registry import build_router
 
         router = build_router(settings)
         try:
-            async with run_sidecar(router, config) as ready:
+            async with run_sidecar(router, config, settings) as ready:
                 print(json.dumps(ready), flush=True)
                 await stop_event().wait()
         finally:
             await router.aclose()
         return 0
 
-    return run_async(main, settings.log_level)
+    return run_async(main, settings.log_level, prog=prog, failures=failures)
+
+
+def validation_text(exc: ValidationError) -> str:
+    """The first problem of a validation error as one line: ``where: what``."""
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"])
+    return f"{where}: {err['msg']}" if where else err["msg"]
+
+
+def with_defaults(options: _Options, **defaults: Any) -> _Options:
+    """``options`` with each named field that is ``None`` set to its default (the settings'
+    temperature and timeout for a sidecar whose own options leave them open)."""
+    unset = {name: value for name, value in defaults.items() if getattr(options, name) is None}
+    return options.model_copy(update=unset) if unset else options
 
 
 class ConnectionTasks:

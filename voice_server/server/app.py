@@ -129,7 +129,7 @@ class VoiceServer:
             from ..adapters.launch import launch_sidecars
 
             self.sidecars = await self._stack.enter_async_context(
-                launch_sidecars(self.router, self.settings.sidecars))
+                launch_sidecars(self.router, self.settings.sidecars, self.settings))
             log.info("sidecars: %s", self.sidecars)
         if self.settings.phone or self.settings.phone_port is not None:
             from .phone import PhoneEndpoint  # noqa: PLC0415 - only when configured

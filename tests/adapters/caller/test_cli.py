@@ -51,12 +51,11 @@ async def test_cli_serves_local_chat_and_stops_on_sigterm() -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "voice_server.cli", "sidecar", "caller", "--port", str(port),
         "--token", "cli-token", cwd=str(ROOT), env=env, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
     try:
-        assert proc.stderr is not None
-        while b"LLM caller on" not in (line := await asyncio.wait_for(
-                proc.stderr.readline(), 60)):
-            assert line, "the sidecar exited before listening"
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), 60)
+        assert json.loads(line) == {"url": f"http://127.0.0.1:{port}"}, line
         async with aiohttp.ClientSession(headers={"x-llm-caller-token": "cli-token"}) as http:
             resp = await http.post(f"http://127.0.0.1:{port}/mcp/chat", json={
                 "requestId": "cli-1", "callerTool": "t", "maxTokens": 8, "temperature": 0,

@@ -149,9 +149,9 @@ async def test_sidecar_process(tmp_path, db, capsys):
             "--grpc-port", "0", "--db", db, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONPATH": os.getcwd()})
         try:
-            line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
-            assert line.startswith("prompt sidecar ready: Connect on http://127.0.0.1:"), line
-            base = line.split(" on ")[1].split(",")[0]
+            ready = json.loads(await asyncio.wait_for(proc.stdout.readline(), 30))
+            assert set(ready) == {"connect", "grpc"}, ready
+            base = ready["connect"]
             async with aiohttp.ClientSession(base) as http:
                 async with http.get("/health") as resp:
                     assert await resp.json() == {"status": "ok"}

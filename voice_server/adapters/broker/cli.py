@@ -35,11 +35,8 @@ def _run(args: argparse.Namespace) -> int:
     from .service import BrokerOptions
     from .sidecar import BrokerSidecarConfig, run_sidecar
 
-    settings = settings_from_args(args)
     config = BrokerSidecarConfig(
         host=args.host, port=args.port, http_port=args.http_port,
         options=BrokerOptions(models=dict(args.models), max_tokens=args.max_tokens,
-                              temperature=settings.llm_temperature,
-                              request_timeout_s=settings.llm_timeout_s,
                               max_message_bytes=args.max_message_bytes))
-    return serve_sidecar(run_sidecar, settings, config)
+    return serve_sidecar(run_sidecar, settings_from_args(args), config)

@@ -12,8 +12,9 @@ from typing import Any
 
 from pydantic import Field
 
+from ...config import Settings
 from ...llm import LLMRouter
-from ..kit import StrictModel
+from ..kit import StrictModel, with_defaults
 from .proxy import BrokerProxy
 from .server import BrokerServer
 from .service import BrokerOptions, BrokerService
@@ -32,11 +33,13 @@ class BrokerSidecarConfig(StrictModel):
 
 
 @contextlib.asynccontextmanager
-async def run_sidecar(router: LLMRouter, config: BrokerSidecarConfig | Mapping[str, Any]
-                      ) -> AsyncIterator[dict[str, str]]:
+async def run_sidecar(router: LLMRouter, config: BrokerSidecarConfig | Mapping[str, Any],
+                      settings: Settings) -> AsyncIterator[dict[str, str]]:
     """Serve until the block exits; yields the addresses (``broker`` and maybe ``http``)."""
     config = BrokerSidecarConfig.model_validate(config)
-    service = BrokerService(router, config.options)
+    service = BrokerService(router, with_defaults(
+        config.options, temperature=settings.llm_temperature,
+        request_timeout_s=settings.llm_timeout_s))
     async with contextlib.AsyncExitStack() as stack:
         server = await stack.enter_async_context(
             BrokerServer(service, host=config.host, port=config.port))

@@ -9,13 +9,14 @@ provider follows the server's ``VOICE_SERVER_*`` settings (or ``--config``).
 from __future__ import annotations
 
 import argparse
-import logging
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from voice_server.config import ConfigError, config_file_from_env, env_value, load_settings
 
+from ...llm import LLMError
 from ...serving import os_error_text
-from ..kit import run_async, stop_event
+from ..kit import run_async, serve_sidecar
 from .config import (
     CallerConfigError,
     CallerOptions,
@@ -25,8 +26,6 @@ from .config import (
 )
 
 __all__ = ["add_sidecar_parser", "run"]
-
-log = logging.getLogger(__name__)
 
 
 def add_sidecar_parser(sidecars: argparse._SubParsersAction) -> None:
@@ -64,47 +63,54 @@ def add_sidecar_parser(sidecars: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+PROG = "voice-server sidecar caller"
+_FAILURES = (((CallerConfigError, ConfigError), 2, lambda exc: getattr(exc, "message", exc)),
+             (LLMError, 2, str), (OSError, 1, os_error_text))
+
+
 def run(args: argparse.Namespace) -> int:
-    return run_async(lambda: _main(args), prog="voice-server sidecar caller", failures=(
-        ((CallerConfigError, ConfigError), 2, lambda exc: getattr(exc, "message", exc)),
-        (OSError, 1, os_error_text)))
+    from .sidecar import CallerSidecarConfig, run_sidecar
+
+    try:
+        options = CallerOptions.from_env(
+            host=args.host, port=args.port, rate_limit_max=args.rate_limit_max,
+            rate_limit_interval_ms=args.rate_limit_interval_ms,
+            retry_attempts=args.retry_attempts)
+        if args.stdio:
+            return run_async(lambda: _serve_stdio(args, options), prog=PROG, failures=_FAILURES)
+        if not (args.client_registry or args.token):
+            raise CallerConfigError("HTTP mode needs --client-registry FILE or --token TOKEN")
+    except CallerConfigError as exc:
+        print(f"{PROG}: {exc.message}", file=sys.stderr)
+        return 2
+    config = CallerSidecarConfig(
+        host=options.host, port=options.port, client_registry=args.client_registry,
+        token=args.token, providers=args.providers, rate_limit_max=options.rate_limit_max,
+        rate_limit_interval_ms=options.rate_limit_interval_ms,
+        retry_attempts=options.retry_attempts)
+    return serve_sidecar(run_sidecar, load_settings(args.config), config, prog=PROG,
+                         failures=_FAILURES)
 
 
-async def _main(args: argparse.Namespace) -> int:
-    from .http import CallerHTTPServer
+async def _serve_stdio(args: argparse.Namespace, options: CallerOptions) -> int:
+    """The MCP tools over stdin/stdout, acting as the ``--token``'s client (none: no client)."""
+    from mcp.server.stdio import stdio_server
+
     from .mcp_tools import build_mcp_server
     from .providers import build_runtimes
     from .service import CallerService
 
-    options = CallerOptions.from_env(
-        host=args.host, port=args.port, rate_limit_max=args.rate_limit_max,
-        rate_limit_interval_ms=args.rate_limit_interval_ms, retry_attempts=args.retry_attempts)
     if args.client_registry:
-        registry = load_client_registry(args.client_registry)
-    elif args.token:
-        registry = ClientRegistry.single(args.token)
-    elif args.stdio:
-        registry = ClientRegistry([])
+        clients = load_client_registry(args.client_registry)
     else:
-        raise CallerConfigError("HTTP mode needs --client-registry FILE or --token TOKEN")
+        clients = ClientRegistry.single(args.token) if args.token else ClientRegistry([])
     entries = load_providers(args.providers) if args.providers else None
     settings = load_settings(args.config)
     with ThreadPoolExecutor(max_workers=settings.compute_workers,
                             thread_name_prefix="llm-caller") as executor:
         runtimes = build_runtimes(entries, settings, executor=executor)
-        async with CallerService(runtimes, registry=registry, options=options) as service:
-            if args.stdio:
-                from mcp.server.stdio import stdio_server
-
-                server = build_mcp_server(service, stdio_token=args.token)
-                async with stdio_server() as (read, write):
-                    await server.run(read, write, server.create_initialization_options())
-                return 0
-            stop = stop_event()
-            server = build_mcp_server(service)
-            async with CallerHTTPServer(service, server, host=options.host,
-                                        port=options.port) as http:
-                log.info("LLM caller on %s (REST /mcp/..., MCP /mcp)", http.url)
-                await stop.wait()
-            log.info("LLM caller stopped")
+        async with CallerService(runtimes, registry=clients, options=options) as service:
+            server = build_mcp_server(service, stdio_token=args.token)
+            async with stdio_server() as (read, write):
+                await server.run(read, write, server.create_initialization_options())
     return 0

@@ -20,7 +20,7 @@ from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from voice_server.config import env_value
 
-from ..kit import StrictModel
+from ..kit import StrictModel, validation_text
 from .errors import CallerError
 
 __all__ = [
@@ -138,18 +138,12 @@ def _read_json(path: str | Path, what: str) -> Any:
         raise CallerConfigError(f"{what} {path} is not JSON: {exc}") from exc
 
 
-def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"])
-    return f"{where}: {err['msg']}" if where else err["msg"]
-
-
 def load_client_registry(path: str | Path) -> ClientRegistry:
     """Read the original's ``client-registry.json``."""
     try:
         doc = _RegistryModel.model_validate(_read_json(path, "client registry"))
     except ValidationError as exc:
-        raise CallerConfigError(f"client registry {path}: {_first_error(exc)}") from exc
+        raise CallerConfigError(f"client registry {path}: {validation_text(exc)}") from exc
     return ClientRegistry([(c.toolId, c.token, list(c.allowedMethods)) for c in doc.clients])
 
 
@@ -157,7 +151,7 @@ def parse_providers(data: Any, source: str = "providers") -> dict[str, ProviderE
     try:
         return dict(_ProvidersModel.model_validate(data).providers)
     except ValidationError as exc:
-        raise CallerConfigError(f"{source}: {_first_error(exc)}") from exc
+        raise CallerConfigError(f"{source}: {validation_text(exc)}") from exc
 
 
 def load_providers(path: str | Path) -> dict[str, ProviderEntry]:

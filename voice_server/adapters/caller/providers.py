@@ -3,7 +3,8 @@
 Spec: specs/sidecar-llm-caller-mcp.md, "Dependencies and contracts" (provider catalog). Each
 entry becomes ``ProviderSpec``s built by the one ``llm.registry.ProviderRegistry``. With no
 catalog the caller serves one provider ``local``: the server's configured chat provider
-(``llm_provider`` of the settings) plus the offline all-MiniLM-L6-v2 embedder.
+(``llm_provider`` of the settings; beside the voice server, the server's own) plus the offline
+all-MiniLM-L6-v2 embedder.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from voice_server.config import Settings, env_value
 from voice_server.llm import LLMError
 from voice_server.llm.embeddings import MODEL_NAME as EMBED_MODEL
 from voice_server.llm.registry import ProviderRegistry, ProviderSpec
+from voice_server.llm.types import LLMProvider
 
 from .config import CAPABILITIES, ProviderEntry
 from .service import ProviderRuntime
@@ -31,10 +33,15 @@ def default_entries() -> dict[str, ProviderEntry]:
 
 
 def build_runtimes(entries: dict[str, ProviderEntry] | None, settings: Settings, *,
-                   executor: Executor | None = None) -> dict[str, ProviderRuntime]:
-    """One runtime per entry, in catalog order. A local chat model that cannot be found leaves
-    ``chat`` empty (CONFIG at dispatch, ``failed`` coverage in health) instead of failing."""
+                   executor: Executor | None = None, chat: LLMProvider | None = None
+                   ) -> dict[str, ProviderRuntime]:
+    """One runtime per entry, in catalog order. ``chat``: the configured chat provider, lent
+    by its owner (the voice server's or the sidecar command's router; built from the settings
+    when not given) and used by the local entries without a ``modelPath``. A local chat model
+    that cannot be found leaves ``chat`` empty (CONFIG at dispatch, ``failed`` coverage in
+    health) instead of failing."""
     registry = ProviderRegistry(settings, executor=executor)
+    configured = chat
     runtimes: dict[str, ProviderRuntime] = {}
     for key, entry in (entries or default_entries()).items():
         if entry.kind == "openai":
@@ -49,8 +56,12 @@ def build_runtimes(entries: dict[str, ProviderEntry] | None, settings: Settings,
         runtime = ProviderRuntime(key, entry, embedder=registry.build(
             ProviderSpec(kind="minilm", name=key)))
         try:
-            runtime.chat = registry.build(ProviderSpec(kind="local", model_path=entry.modelPath)) \
-                if entry.modelPath else registry.configured_provider()
+            if entry.modelPath:
+                runtime.chat = registry.build(ProviderSpec(kind="local",
+                                                           model_path=entry.modelPath))
+            else:
+                configured = configured or registry.configured_provider()
+                runtime.chat, runtime.lent_chat = configured, chat is not None
         except LLMError as exc:
             log.warning("provider %s: no chat model: %s", key, exc)
             runtime.problem = "Chat model unavailable"

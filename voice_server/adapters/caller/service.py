@@ -48,6 +48,7 @@ class ProviderRuntime:
     chat: LLMProvider | None = None
     embedder: LLMProvider | None = None
     problem: str | None = None  # why ``chat`` is missing (configuration), for health details
+    lent_chat: bool = False  # ``chat`` belongs to someone else, who closes it
 
 
 class CallerService(AsyncService):
@@ -72,7 +73,8 @@ class CallerService(AsyncService):
 
     async def aclose(self) -> None:
         runtimes = self.runtimes.values()
-        for provider in _distinct(p for rt in runtimes for p in (rt.chat, rt.embedder)):
+        owned = (p for rt in runtimes for p in (None if rt.lent_chat else rt.chat, rt.embedder))
+        for provider in _distinct(owned):
             await provider.aclose()
 
     # -- access control (401: missing token; 403: unknown token or method) ---------

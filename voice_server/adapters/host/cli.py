@@ -56,16 +56,14 @@ def _serve(args: argparse.Namespace) -> int:
     from .server import HostOptions
     from .sidecar import HostSidecarConfig, run_sidecar
 
-    settings = settings_from_args(args)
     options = HostOptions(model=args.model, max_clients=args.max_clients,
                           concurrency=args.concurrency, max_tokens=args.max_tokens,
-                          temperature=settings.llm_temperature,
                           **({"host_name": args.host_name} if args.host_name else {}))
     config = HostSidecarConfig(
         host=args.host, port=None if args.no_tcp else args.port, unix_path=args.unix,
         swarm_key=args.swarm_key, swarm_bootstrap=args.swarm_bootstrap,
         swarm_direct=args.swarm_direct, options=options)
-    return serve_sidecar(run_sidecar, settings, config)
+    return serve_sidecar(run_sidecar, settings_from_args(args), config)
 
 
 def _chat(args: argparse.Namespace) -> int:

@@ -12,8 +12,9 @@ from typing import Any
 
 from pydantic import Field
 
+from ...config import Settings
 from ...llm import LLMRouter
-from ..kit import StrictModel
+from ..kit import StrictModel, with_defaults
 from .server import HostOptions, HostServer
 
 __all__ = ["HostSidecarConfig", "run_sidecar"]
@@ -33,13 +34,14 @@ class HostSidecarConfig(StrictModel):
 
 
 @contextlib.asynccontextmanager
-async def run_sidecar(router: LLMRouter, config: HostSidecarConfig | Mapping[str, Any]
-                      ) -> AsyncIterator[dict[str, str]]:
+async def run_sidecar(router: LLMRouter, config: HostSidecarConfig | Mapping[str, Any],
+                      settings: Settings) -> AsyncIterator[dict[str, str]]:
     """Serve until the block exits; yields ``model`` and the addresses."""
     config = HostSidecarConfig.model_validate(config)
+    options = with_defaults(config.options, temperature=settings.llm_temperature)
     async with contextlib.AsyncExitStack() as stack:
         server = await stack.enter_async_context(HostServer(
-            router, config.options, host=config.host, port=config.port,
+            router, options, host=config.host, port=config.port,
             unix_path=config.unix_path))
         ready = {"model": server.model_name}
         if server.port is not None:

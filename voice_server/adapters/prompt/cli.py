@@ -13,9 +13,17 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from ...config import config_file_from_env, env_value
 from ...serving import os_error_text
-from ..kit import add_sidecar_command, run_async, stop_event
+from ..kit import (
+    add_sidecar_command,
+    run_async,
+    serve_sidecar,
+    settings_from_args,
+    validation_text,
+)
 from .codec import parse_run_request
 from .errors import PromptError, ToolNotFound
 from .factory import PROVIDERS
@@ -45,14 +53,15 @@ def _add_store_flags(parser: argparse.ArgumentParser) -> None:
                              "~/.local/share/voice-server)")
 
 
-def _add_service_flags(parser: argparse.ArgumentParser) -> None:
+def _add_service_flags(parser: argparse.ArgumentParser, *, config: bool = True) -> None:
     _add_store_flags(parser)
     parser.add_argument("--secrets-file", metavar="FILE",
                         default=env_value("VOICE_SERVER_PROMPT_SECRETS_FILE"),
                         help="API-key secrets: a JSON object or NAME=VALUE lines, consulted "
                              "before environment variables (default: DATA_DIR/secrets.env)")
-    parser.add_argument("--config", metavar="FILE",
-                        help="voice-server settings file (the local model's options)")
+    if config:
+        parser.add_argument("--config", metavar="FILE",
+                            help="voice-server settings file (the local model's options)")
 
 
 def register(subparsers: Any) -> None:
@@ -109,13 +118,11 @@ def add_sidecar_parser(sidecar_subparsers: Any) -> None:
     from .server import DEFAULT_GRPC_PORT, DEFAULT_PORT
 
     parser = add_sidecar_command(
-        sidecar_subparsers, "prompt", _cmd_sidecar, port=DEFAULT_PORT,
-        port_help="Connect/HTTP port", llm_flags=False,
+        sidecar_subparsers, "prompt", _serve, port=DEFAULT_PORT, port_help="Connect/HTTP port",
         help="prompt service: Connect JSON and gRPC-JSON prompt.v1.PromptService/Run")
     parser.add_argument("--grpc-port", type=int, default=DEFAULT_GRPC_PORT,
                         help="gRPC-JSON port (-1: no gRPC)")
-    parser.add_argument("--log-level", default="INFO")
-    _add_service_flags(parser)
+    _add_service_flags(parser, config=False)  # --config is among the LLM flags
 
 
 # --- commands ---------------------------------------------------------------------------------
@@ -249,10 +256,8 @@ async def _cmd_tools_add(args: argparse.Namespace) -> int:
                             base_url=args.base_url, api_key_secret=args.api_key_secret,
                             temperature=args.temperature,
                             max_output_tokens=args.max_output_tokens, settings=settings)
-    except ValueError as exc:
-        first = exc.errors()[0] if hasattr(exc, "errors") else {"loc": (), "msg": str(exc)}
-        where = ".".join(str(p) for p in first["loc"])
-        raise _CLIError(f"invalid tool {where}: {first['msg']}", EXIT_USAGE) from None
+    except ValidationError as exc:
+        raise _CLIError(f"invalid tool {validation_text(exc)}", EXIT_USAGE) from None
     if config.provider != "local" and not config.model:
         raise _CLIError(f"--model is required for provider {config.provider}", EXIT_USAGE)
     async with open_store(args.db, data_dir=args.data_dir) as store:
@@ -286,17 +291,10 @@ async def _cmd_tools_remove(args: argparse.Namespace) -> int:
     return 0
 
 
-@_command
-async def _cmd_sidecar(args: argparse.Namespace) -> int:
-    from .server import PromptSidecar
+def _serve(args: argparse.Namespace) -> int:
+    from .sidecar import PromptSidecarConfig, run_sidecar
 
-    stop = stop_event()
-    async with _open_service(args) as service, \
-            PromptSidecar(service, host=args.host, port=args.port,
-                          grpc_port=None if args.grpc_port < 0 else args.grpc_port) as sidecar:
-        grpc_part = f", gRPC-JSON on {args.host}:{sidecar.grpc_port}" \
-            if sidecar.grpc_port is not None else ""
-        print(f"prompt sidecar ready: Connect on http://{args.host}:{sidecar.port}"
-              f"{grpc_part}", flush=True)
-        await stop.wait()
-    return 0
+    config = PromptSidecarConfig(
+        host=args.host, port=args.port, grpc_port=None if args.grpc_port < 0 else args.grpc_port,
+        db=args.db, data_dir=args.data_dir, secrets_file=args.secrets_file)
+    return serve_sidecar(run_sidecar, settings_from_args(args), config)

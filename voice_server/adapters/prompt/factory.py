@@ -36,12 +36,15 @@ PROVIDERS = ("openai", "ollama", "gemini", "local")
 class LLMFactory:
     """``provider(config, api_key, model)`` -> a ready provider. ``kinds`` adds or replaces
     tool provider kinds with registry builders, which get the tool's model, base URL and key
-    in their ``ProviderSpec`` (tests and benchmarks plug an in-process model in this way)."""
+    in their ``ProviderSpec`` (tests and benchmarks plug an in-process model in this way).
+    ``local``: the embedded model lent by its owner (the voice server's router), served to
+    ``local`` tools that name no GGUF file of their own instead of loading it a second time."""
 
     def __init__(self, settings: Settings | None = None, *,
                  kinds: Mapping[str, ProviderBuilder] | None = None,
-                 timeout_s: float | None = None) -> None:
+                 timeout_s: float | None = None, local: LLMProvider | None = None) -> None:
         self._registry = ProviderRegistry(settings, kinds=kinds)
+        self._local = local
         self._plugged = tuple(kinds or ())
         self._timeout_s = timeout_s if timeout_s is not None else (
             settings.llm_timeout_s if settings is not None else 60.0)
@@ -58,8 +61,11 @@ class LLMFactory:
             raise ProviderConfigError(f'llmfactory: unsupported provider "{kind}"')
         if not model and kind != "local":
             raise ProviderConfigError(f'llmfactory: missing model for provider "{kind}"')
-        key_digest = hashlib.sha256((api_key or "").encode()).hexdigest()
         location = config.base_url or (model if kind == "local" and _is_gguf(model) else "")
+        if kind == "local" and not location and self._local is not None \
+                and kind not in self._plugged:
+            return self._local
+        key_digest = hashlib.sha256((api_key or "").encode()).hexdigest()
         cache_key = (kind, location, key_digest)
         provider = self._cache.get(cache_key)
         if provider is None:

@@ -19,7 +19,7 @@ from ulid import ULID
 from ...config import data_dir_from_env
 from ...llm.errors import LLMError
 from ...llm.registry import ProviderBuilder
-from ...llm.types import ChatRequest
+from ...llm.types import ChatRequest, LLMProvider
 from .codec import RunRequest, build_response, normalize_input
 from .errors import PromptError, from_llm_error
 from .factory import LLMFactory
@@ -98,14 +98,15 @@ class PromptService:
 @asynccontextmanager
 async def open_service(*, db: str | None = None, data_dir: str | Path | None = None,
                        secrets_file: str | Path | None = None, settings: Settings | None = None,
-                       kinds: Mapping[str, ProviderBuilder] | None = None
-                       ) -> AsyncIterator[PromptService]:
-    """Open the store, the default vault and the factory; close them all on exit. The secrets
-    file defaults to ``secrets.env`` in the data directory (used only if it exists)."""
+                       kinds: Mapping[str, ProviderBuilder] | None = None,
+                       local: LLMProvider | None = None) -> AsyncIterator[PromptService]:
+    """Open the store, the default vault and the factory (``local``: an embedded model lent
+    to it, see ``LLMFactory``); close them all on exit. The secrets file defaults to
+    ``secrets.env`` in the data directory (used only if it exists)."""
     if secrets_file is None:
         secrets_file = Path(data_dir or data_dir_from_env()) / DEFAULT_SECRETS_FILE
     async with open_store(db, data_dir=data_dir) as store:
-        factory = LLMFactory(settings, kinds=kinds)
+        factory = LLMFactory(settings, kinds=kinds, local=local)
         try:
             yield PromptService(store, EnvFileVault(secrets_file), factory)
         finally:

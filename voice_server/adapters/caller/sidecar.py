@@ -1,0 +1,82 @@
+"""The caller as one unit: its client registry, provider catalog, service and HTTP port.
+
+Used by ``voice-server sidecar caller`` and by ``adapters.launch`` (sidecars started beside
+the voice server from config), where the catalog's ``local`` provider chats through the
+server's own configured model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from ...config import ConfigError, Settings
+from ...llm import LLMRouter
+from ..kit import StrictModel
+from .config import (
+    CallerConfigError,
+    CallerOptions,
+    ClientRegistry,
+    load_client_registry,
+    load_providers,
+)
+
+__all__ = ["CallerSidecarConfig", "run_sidecar"]
+
+
+class CallerSidecarConfig(StrictModel):
+    """Where the caller listens, who may call it, its provider catalog and its limits."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(4037, ge=0, le=65535, description="TCP port (0: a free one)")
+    client_registry: str | None = Field(None, description="the original's client-registry.json")
+    token: str | None = Field(None, min_length=1,
+                              description="without a registry: the one accepted token")
+    providers: str | None = Field(None, description="the original's providers.json (None: one "
+                                                    "provider 'local', the server's model)")
+    rate_limit_max: int = Field(0, ge=0, description="requests per window per client (0: off)")
+    rate_limit_interval_ms: int = Field(60_000, ge=1)
+    retry_attempts: int = Field(2, ge=1, description="chat attempts, the first one included")
+
+    @model_validator(mode="after")
+    def _has_clients(self) -> CallerSidecarConfig:
+        if not self.client_registry and not self.token:
+            raise ValueError("the caller needs client_registry (a file) or token")
+        return self
+
+    def options(self) -> CallerOptions:
+        return CallerOptions(host=self.host, port=self.port, rate_limit_max=self.rate_limit_max,
+                             rate_limit_interval_ms=self.rate_limit_interval_ms,
+                             retry_attempts=self.retry_attempts)
+
+
+@contextlib.asynccontextmanager
+async def run_sidecar(router: LLMRouter, config: CallerSidecarConfig | Mapping[str, Any],
+                      settings: Settings) -> AsyncIterator[dict[str, str]]:
+    """Serve REST, SSE and MCP on one port until the block exits; yields its ``url``. A
+    registry or catalog file that cannot be read or is invalid is a configuration error."""
+    from .http import CallerHTTPServer
+    from .mcp_tools import build_mcp_server
+    from .providers import build_runtimes
+    from .service import CallerService
+
+    config = CallerSidecarConfig.model_validate(config)
+    try:
+        clients = load_client_registry(config.client_registry) if config.client_registry \
+            else ClientRegistry.single(config.token or "")
+        entries = load_providers(config.providers) if config.providers else None
+    except CallerConfigError as exc:
+        raise ConfigError(exc.message) from exc
+    with ThreadPoolExecutor(max_workers=max(1, settings.compute_workers),
+                            thread_name_prefix="llm-caller") as executor:
+        runtimes = build_runtimes(entries, settings, executor=executor,
+                                  chat=router.default_provider)
+        async with CallerService(runtimes, registry=clients, options=config.options()
+                                 ) as service, \
+                CallerHTTPServer(service, build_mcp_server(service), host=config.host,
+                                 port=config.port) as http:
+            yield {"url": http.url}

@@ -107,3 +107,17 @@ def test_public_names():
             "validate", "ErrorCode"} <= set(host.__all__)
     for module in (broker, host):
         assert all(not name.startswith("_") and hasattr(module, name) for name in module.__all__)
+
+
+@pytest.mark.parametrize("argv", [
+    ["broker", "--port", "70000"], ["host", "--concurrency", "0"],
+    ["prompt", "--port", "70000"], ["caller", "--token", "t", "--port", "70000"]])
+def test_a_sidecar_option_out_of_range_is_one_line(argv, capsys):
+    """Every sidecar command answers an option out of range with exit 2 and one line naming
+    it, before it loads a model or opens a port."""
+    from voice_server.cli import main
+
+    assert main(["sidecar", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("voice-server: configuration error: ") and len(err.splitlines()) == 1
+    assert ("concurrency" if "host" in argv else "port: ") in err

@@ -32,7 +32,7 @@ from typing import Any, Self, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..config import Settings
+from ..config import ConfigError, Settings
 from ..llm import LLMError, LLMRouter
 from ..serving import Site, os_error_text
 from ..settings_flags import add_settings_flags, settings_from_args
@@ -50,6 +50,7 @@ __all__ = [
     "run_async",
     "serve_sidecar",
     "settings_from_args",
+    "sidecar_config",
     "stop_event",
     "stop_servers",
     "validation_text",
@@ -151,6 +152,15 @@ def validation_text(exc: ValidationError) -> str:
     err = exc.errors()[0]
     where = ".".join(str(p) for p in err["loc"])
     return f"{where}: {err['msg']}" if where else err["msg"]
+
+
+def sidecar_config(model: type[_Options], **values: Any) -> _Options:
+    """A sidecar's config from its command line; a value out of range (``--port 70000``) is a
+    ``ConfigError`` (one line from ``voice-server``), not a traceback."""
+    try:
+        return model.model_validate(values)
+    except ValidationError as exc:
+        raise ConfigError(validation_text(exc)) from None
 
 
 def with_defaults(options: _Options, **defaults: Any) -> _Options:

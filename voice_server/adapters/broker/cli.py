@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..kit import add_sidecar_command, serve_sidecar, settings_from_args
+from ..kit import add_sidecar_command, serve_sidecar, settings_from_args, sidecar_config
 
 __all__ = ["add_sidecar_parser"]
 
@@ -32,11 +32,10 @@ def add_sidecar_parser(sidecar_subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .service import BrokerOptions
     from .sidecar import BrokerSidecarConfig, run_sidecar
 
-    config = BrokerSidecarConfig(
-        host=args.host, port=args.port, http_port=args.http_port,
-        options=BrokerOptions(models=dict(args.models), max_tokens=args.max_tokens,
-                              max_message_bytes=args.max_message_bytes))
+    config = sidecar_config(
+        BrokerSidecarConfig, host=args.host, port=args.port, http_port=args.http_port,
+        options={"models": dict(args.models), "max_tokens": args.max_tokens,
+                 "max_message_bytes": args.max_message_bytes})
     return serve_sidecar(run_sidecar, settings_from_args(args), config)

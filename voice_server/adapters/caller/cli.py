@@ -16,7 +16,7 @@ from voice_server.config import ConfigError, config_file_from_env, env_value, lo
 
 from ...llm import LLMError
 from ...serving import os_error_text
-from ..kit import run_async, serve_sidecar
+from ..kit import run_async, serve_sidecar, sidecar_config
 from .config import (
     CallerConfigError,
     CallerOptions,
@@ -83,9 +83,10 @@ def run(args: argparse.Namespace) -> int:
     except CallerConfigError as exc:
         print(f"{PROG}: {exc.message}", file=sys.stderr)
         return 2
-    config = CallerSidecarConfig(
-        host=options.host, port=options.port, client_registry=args.client_registry,
-        token=args.token, providers=args.providers, rate_limit_max=options.rate_limit_max,
+    config = sidecar_config(
+        CallerSidecarConfig, host=options.host, port=options.port,
+        client_registry=args.client_registry, token=args.token, providers=args.providers,
+        rate_limit_max=options.rate_limit_max,
         rate_limit_interval_ms=options.rate_limit_interval_ms,
         retry_attempts=options.retry_attempts)
     return serve_sidecar(run_sidecar, load_settings(args.config), config, prog=PROG,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..kit import add_sidecar_command, run_async, serve_sidecar, settings_from_args
+from ..kit import add_sidecar_command, run_async, serve_sidecar, settings_from_args, sidecar_config
 
 __all__ = ["add_sidecar_parser", "register"]
 
@@ -53,15 +53,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .server import HostOptions
     from .sidecar import HostSidecarConfig, run_sidecar
 
-    options = HostOptions(model=args.model, max_clients=args.max_clients,
-                          concurrency=args.concurrency, max_tokens=args.max_tokens,
-                          **({"host_name": args.host_name} if args.host_name else {}))
-    config = HostSidecarConfig(
-        host=args.host, port=None if args.no_tcp else args.port, unix_path=args.unix,
-        swarm_key=args.swarm_key, swarm_bootstrap=args.swarm_bootstrap,
+    options = {"model": args.model, "max_clients": args.max_clients,
+               "concurrency": args.concurrency, "max_tokens": args.max_tokens,
+               **({"host_name": args.host_name} if args.host_name else {})}
+    config = sidecar_config(
+        HostSidecarConfig, host=args.host, port=None if args.no_tcp else args.port,
+        unix_path=args.unix, swarm_key=args.swarm_key, swarm_bootstrap=args.swarm_bootstrap,
         swarm_direct=args.swarm_direct, options=options)
     return serve_sidecar(run_sidecar, settings_from_args(args), config)
 

@@ -22,6 +22,7 @@ from ..kit import (
     run_async,
     serve_sidecar,
     settings_from_args,
+    sidecar_config,
     validation_text,
 )
 from .codec import parse_run_request
@@ -294,7 +295,8 @@ async def _cmd_tools_remove(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from .sidecar import PromptSidecarConfig, run_sidecar
 
-    config = PromptSidecarConfig(
-        host=args.host, port=args.port, grpc_port=None if args.grpc_port < 0 else args.grpc_port,
-        db=args.db, data_dir=args.data_dir, secrets_file=args.secrets_file)
+    config = sidecar_config(
+        PromptSidecarConfig, host=args.host, port=args.port,
+        grpc_port=None if args.grpc_port < 0 else args.grpc_port, db=args.db,
+        data_dir=args.data_dir, secrets_file=args.secrets_file)
     return serve_sidecar(run_sidecar, settings_from_args(args), config)

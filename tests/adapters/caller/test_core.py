@@ -12,7 +12,6 @@ import pytest
 import voice_server.adapters.caller as caller_pkg
 from voice_server.adapters.caller.config import (
     CallerConfigError,
-    CallerOptions,
     load_client_registry,
     load_providers,
     parse_providers,
@@ -210,14 +209,18 @@ def test_origin_config_files(tmp_path: Path) -> None:
 
 
 def test_options_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The origin's LLM_CALLER_* variables feed the options; flags win."""
+    """The origin's LLM_CALLER_* variables are the command's defaults; flags win; a variable
+    that is not a number is a usage error (exit 2), as a bad flag is."""
+    from voice_server.cli import build_parser
+
     monkeypatch.setenv("LLM_CALLER_RATE_LIMIT_MAX", "7")
     monkeypatch.setenv("LLM_CALLER_PORT", "5000")
-    opts = CallerOptions.from_env(port=6000)
-    assert (opts.rate_limit_max, opts.port, opts.retry_attempts) == (7, 6000, 2)
+    args = build_parser().parse_args(["sidecar", "caller", "--port", "6000"])
+    assert (args.rate_limit_max, args.port, args.retry_attempts) == (7, 6000, 2)
     monkeypatch.setenv("LLM_CALLER_RETRY_ATTEMPTS", "x")
-    with pytest.raises(CallerConfigError):
-        CallerOptions.from_env()
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["sidecar", "caller"])
+    assert exited.value.code == 2
 
 
 @pytest.mark.parametrize(("host", "ok"), [

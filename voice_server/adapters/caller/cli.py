@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from voice_server.config import ConfigError, config_file_from_env, env_value, load_settings
@@ -28,13 +29,26 @@ from .config import (
 __all__ = ["add_sidecar_parser", "run"]
 
 
+def _whole(variable: str) -> Callable[[str], int]:
+    """A flag's whole number; argparse also applies it to a default taken from ``variable``
+    (a string), so a bad variable is a usage error that names it."""
+    def parse(text: str) -> int:
+        try:
+            return int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a whole number (the flag's value, or {variable})") from None
+    return parse
+
+
 def add_sidecar_parser(sidecars: argparse._SubParsersAction) -> None:
     p = sidecars.add_parser(
         "caller", help="LLM caller: HTTP + SSE on /mcp/..., MCP tools on /mcp or stdio",
         description="LLM caller sidecar (chat, chatStream, embed, listModels, getHealth).")
-    p.add_argument("--host", default=None, help="listen address (env LLM_CALLER_HOST; "
-                                               "default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=None,
+    p.add_argument("--host", default=env_value("LLM_CALLER_HOST") or "127.0.0.1",
+                   help="listen address (env LLM_CALLER_HOST; default 127.0.0.1)")
+    p.add_argument("--port", type=_whole("LLM_CALLER_PORT"),
+                   default=env_value("LLM_CALLER_PORT") or 4037,
                    help="TCP port (env LLM_CALLER_PORT; default 4037; 0 picks one)")
     p.add_argument("--stdio", action="store_true",
                    help="serve the MCP tools over stdin/stdout instead of HTTP")
@@ -50,12 +64,15 @@ def add_sidecar_parser(sidecars: argparse._SubParsersAction) -> None:
                    help="without a registry: the one accepted token (all methods); with "
                         "--stdio: the token whose client the stdio caller acts as "
                         "(env LLM_CALLER_TOKEN)")
-    p.add_argument("--rate-limit-max", type=int, default=None,
+    p.add_argument("--rate-limit-max", type=_whole("LLM_CALLER_RATE_LIMIT_MAX"),
+                   default=env_value("LLM_CALLER_RATE_LIMIT_MAX") or 0,
                    help="requests per window per client, 0 disables "
                         "(env LLM_CALLER_RATE_LIMIT_MAX)")
-    p.add_argument("--rate-limit-interval-ms", type=int, default=None,
+    p.add_argument("--rate-limit-interval-ms", type=_whole("LLM_CALLER_RATE_LIMIT_INTERVAL_MS"),
+                   default=env_value("LLM_CALLER_RATE_LIMIT_INTERVAL_MS") or 60_000,
                    help="rate-limit window (env LLM_CALLER_RATE_LIMIT_INTERVAL_MS; default 60000)")
-    p.add_argument("--retry-attempts", type=int, default=None,
+    p.add_argument("--retry-attempts", type=_whole("LLM_CALLER_RETRY_ATTEMPTS"),
+                   default=env_value("LLM_CALLER_RETRY_ATTEMPTS") or 2,
                    help="chat attempts for TEMPORARY/RATE_LIMIT errors "
                         "(env LLM_CALLER_RETRY_ATTEMPTS; default 2)")
     p.add_argument("--config", metavar="FILE", default=config_file_from_env(),
@@ -71,24 +88,17 @@ _FAILURES = (((CallerConfigError, ConfigError), 2, lambda exc: getattr(exc, "mes
 def run(args: argparse.Namespace) -> int:
     from .sidecar import CallerSidecarConfig, run_sidecar
 
-    try:
-        options = CallerOptions.from_env(
-            host=args.host, port=args.port, rate_limit_max=args.rate_limit_max,
-            rate_limit_interval_ms=args.rate_limit_interval_ms,
-            retry_attempts=args.retry_attempts)
-        if args.stdio:
-            return run_async(lambda: _serve_stdio(args, options), prog=PROG, failures=_FAILURES)
-        if not (args.client_registry or args.token):
-            raise CallerConfigError("HTTP mode needs --client-registry FILE or --token TOKEN")
-    except CallerConfigError as exc:
-        print(f"{PROG}: {exc.message}", file=sys.stderr)
+    options = sidecar_config(CallerOptions, rate_limit_max=args.rate_limit_max,
+                             rate_limit_interval_ms=args.rate_limit_interval_ms,
+                             retry_attempts=args.retry_attempts)
+    if args.stdio:
+        return run_async(lambda: _serve_stdio(args, options), prog=PROG, failures=_FAILURES)
+    if not (args.client_registry or args.token):
+        print(f"{PROG}: HTTP mode needs --client-registry FILE or --token TOKEN", file=sys.stderr)
         return 2
     config = sidecar_config(
-        CallerSidecarConfig, host=options.host, port=options.port,
-        client_registry=args.client_registry, token=args.token, providers=args.providers,
-        rate_limit_max=options.rate_limit_max,
-        rate_limit_interval_ms=options.rate_limit_interval_ms,
-        retry_attempts=options.retry_attempts)
+        CallerSidecarConfig, host=args.host, port=args.port, client_registry=args.client_registry,
+        token=args.token, providers=args.providers, options=options)
     return serve_sidecar(run_sidecar, load_settings(args.config), config, prog=PROG,
                          failures=_FAILURES)
 

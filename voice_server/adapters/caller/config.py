@@ -18,8 +18,6 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
-from voice_server.config import env_value
-
 from ..kit import StrictModel, validation_text
 from .errors import CallerError
 
@@ -159,37 +157,14 @@ def load_providers(path: str | Path) -> dict[str, ProviderEntry]:
     return parse_providers(_read_json(path, "providers file"), str(path))
 
 
-def _env_int(name: str, default: int) -> int:
-    value = env_value(name)
-    try:
-        return int(value) if value not in (None, "") else default
-    except ValueError as exc:
-        raise CallerConfigError(f"{name} must be an integer") from exc
+class CallerOptions(StrictModel):
+    """The caller's limits (from flags or the original's ``LLM_CALLER_*`` variables, or the
+    ``caller`` entry of the server's ``sidecars`` setting)."""
 
-
-@dataclass(slots=True)
-class CallerOptions:
-    """Runtime options (flags, else the original's ``LLM_CALLER_*`` variables, else defaults)."""
-
-    host: str = "127.0.0.1"
-    port: int = 4037
-    rate_limit_max: int = 0  # requests per window per client; 0 disables
-    rate_limit_interval_ms: int = 60_000
-    retry_attempts: int = 2  # chat only; counts the first try
-    retry_backoff_s: float = 0.1
-    health_timeout_s: float = 3.0
-    max_body_bytes: int = 4 * 1024 * 1024
-
-    @classmethod
-    def from_env(cls, **overrides: Any) -> CallerOptions:
-        """``LLM_CALLER_HOST``, ``LLM_CALLER_PORT`` and so on over the defaults."""
-        opts = cls()
-        opts.host = env_value("LLM_CALLER_HOST") or opts.host
-        for key in ("port", "rate_limit_max", "rate_limit_interval_ms", "retry_attempts"):
-            setattr(opts, key, _env_int(f"LLM_CALLER_{key.upper()}", getattr(opts, key)))
-        for key, value in overrides.items():
-            if value is not None:
-                setattr(opts, key, value)
-        if opts.retry_attempts < 1:
-            raise CallerConfigError("retry attempts must be at least 1")
-        return opts
+    rate_limit_max: int = Field(0, ge=0, description="requests per window per client; 0: off")
+    rate_limit_interval_ms: int = Field(60_000, ge=1)
+    retry_attempts: int = Field(2, ge=1, description="chat attempts for TEMPORARY/RATE_LIMIT "
+                                                     "errors, the first one included")
+    retry_backoff_s: float = Field(0.1, ge=0)
+    health_timeout_s: float = Field(3.0, gt=0)
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)

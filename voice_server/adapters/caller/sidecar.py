@@ -29,7 +29,7 @@ __all__ = ["CallerSidecarConfig", "run_sidecar"]
 
 
 class CallerSidecarConfig(StrictModel):
-    """Where the caller listens, who may call it, its provider catalog and its limits."""
+    """Where the caller listens, who may call it, its provider catalog, and its options."""
 
     host: str = "127.0.0.1"
     port: int = Field(4037, ge=0, le=65535, description="TCP port (0: a free one)")
@@ -38,20 +38,13 @@ class CallerSidecarConfig(StrictModel):
                               description="without a registry: the one accepted token")
     providers: str | None = Field(None, description="the original's providers.json (None: one "
                                                     "provider 'local', the server's model)")
-    rate_limit_max: int = Field(0, ge=0, description="requests per window per client (0: off)")
-    rate_limit_interval_ms: int = Field(60_000, ge=1)
-    retry_attempts: int = Field(2, ge=1, description="chat attempts, the first one included")
+    options: CallerOptions = Field(default_factory=CallerOptions)
 
     @model_validator(mode="after")
     def _has_clients(self) -> CallerSidecarConfig:
         if not self.client_registry and not self.token:
             raise ValueError("the caller needs client_registry (a file) or token")
         return self
-
-    def options(self) -> CallerOptions:
-        return CallerOptions(host=self.host, port=self.port, rate_limit_max=self.rate_limit_max,
-                             rate_limit_interval_ms=self.rate_limit_interval_ms,
-                             retry_attempts=self.retry_attempts)
 
 
 @contextlib.asynccontextmanager
@@ -75,7 +68,7 @@ async def run_sidecar(router: LLMRouter, config: CallerSidecarConfig | Mapping[s
                             thread_name_prefix="llm-caller") as executor:
         runtimes = build_runtimes(entries, settings, executor=executor,
                                   chat=router.default_provider)
-        async with CallerService(runtimes, registry=clients, options=config.options()
+        async with CallerService(runtimes, registry=clients, options=config.options
                                  ) as service, \
                 CallerHTTPServer(service, build_mcp_server(service), host=config.host,
                                  port=config.port) as http:

@@ -1,4 +1,4 @@
-"""Strict broker DTOs and safe parsing (spec "Data model", "Error handling"; notes 1.5)."""
+"""Strict broker DTOs and safe parsing (spec "Data model", "Error handling")."""
 
 from __future__ import annotations
 

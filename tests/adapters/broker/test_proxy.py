@@ -1,4 +1,5 @@
-"""The broker's HTTP proxy (spec "Docker proxy expectations"; notes 1.5 status codes)."""
+"""The broker's HTTP proxy (spec "Docker proxy expectations"; the original's
+status codes)."""
 
 from __future__ import annotations
 

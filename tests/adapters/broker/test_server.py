@@ -1,4 +1,5 @@
-"""The broker over real TCP on 127.0.0.1 (notes 1.3 "Server semantics", 1.5 conformance)."""
+"""The broker over real TCP on 127.0.0.1 (spec "Server semantics", and
+the original's behaviour where the spec is silent)."""
 
 from __future__ import annotations
 
@@ -179,9 +180,9 @@ async def test_oversize_prefix_answers_and_closes(broker):
 
 
 async def test_close_mid_frame_is_answered_as_the_origin_does_and_server_lives_on(broker):
-    """A close inside the payload takes the connection-error path (notes 1.5): one error frame
-    to a client that half-closed; a close inside the prefix gets nothing. The next client is
-    served."""
+    """A close inside the payload takes the connection-error path, as the original's does:
+    one error frame to a client that half-closed; a close inside the prefix gets nothing. The
+    next client is served."""
     frame = encode_frame({"prompt": "x"})
     assert await exchange(broker.port, frame[:-3]) == [
         {"correlation_id": None, "error": "Connection error", "results": None}]

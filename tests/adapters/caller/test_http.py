@@ -1,5 +1,5 @@
 """The caller's REST + SSE interface over real HTTP against a scripted OpenAI-compatible upstream
-(notes 3.3 conformance checks; spec "Transport status & retry semantics")."""
+(the original's behaviour; spec "Transport status & retry semantics")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The caller's MCP tools driven by the official SDK client, over streamable HTTP (``/mcp`` on the
-caller's port) and over stdio (``voice-server sidecar caller --stdio``) (notes 3.4)."""
+caller's port) and over stdio (``voice-server sidecar caller --stdio``)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ def test_encode_is_one_compact_line():
 
 
 def test_builders_match_the_origin_shapes():
-    """Each builder writes the exact message of the spec (notes 2.2)."""
+    """Each builder writes the exact message of the spec."""
     assert m.server_info("h", "m") == {"type": "server_info", "payload": {
         "host_name": "h", "model": "m", "status": "ready"}}
     assert m.chat_end("r", "abort") == {"type": "chat_end", "request_id": "r",

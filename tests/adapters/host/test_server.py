@@ -1,4 +1,4 @@
-"""The NDJSON host over real TCP and Unix sockets (notes 2.4 conformance checks)."""
+"""The NDJSON host over real TCP and Unix sockets."""
 
 from __future__ import annotations
 

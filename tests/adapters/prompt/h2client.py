@@ -1,5 +1,5 @@
 """A minimal raw HTTP/2 (h2c, prior knowledge) client to pin gRPC-JSON bytes, as the origin's
-Node and Python clients send them (notes 4.4, 4.5 check 11)."""
+Node and Python clients send them."""
 
 from __future__ import annotations
 

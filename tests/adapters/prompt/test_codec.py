@@ -48,13 +48,14 @@ def test_parse_snake_case_request():
 
 
 def test_parse_camel_case_request():
-    """proto-JSON lowerCamelCase keys are accepted too (notes 4.6 #4)."""
+    """proto-JSON lowerCamelCase keys are accepted too (protobuf's JSON mapping)."""
     req = parse_run_request(b'{"toolName":"t","maxOutputTokens":8,"input":"x"}')
     assert (req.tool_name, req.max_output_tokens) == ("t", 8)
 
 
 def test_zero_values_mean_unset():
-    """temperature 0 and max_output_tokens 0 fall back to the tool (notes 4.2, check 9)."""
+    """temperature 0 and max_output_tokens 0 fall back to the tool (a proto3 zero is
+    "not set")."""
     req = parse_run_request(b'{"tool_name":"t","temperature":0,"max_output_tokens":0}')
     assert (req.temperature, req.max_output_tokens) == (None, None)
 
@@ -68,7 +69,7 @@ def test_zero_values_mean_unset():
                                   b'{"tool_name":"t","tools":[1]}',
                                   b'{"tool_name":"t","model":3}'])
 def test_invalid_body(body):
-    """Undecodable bodies and wrong types are ``invalid JSON body`` (notes 4.3)."""
+    """Undecodable bodies and wrong types are ``invalid JSON body``."""
     with pytest.raises(InvalidArgument, match="^invalid JSON body$"):
         parse_run_request(body)
 
@@ -76,14 +77,14 @@ def test_invalid_body(body):
 @pytest.mark.parametrize("body", [b"{}", b'{"input":"x"}', b'{"tool_name":"  "}',
                                   b'{"tool_name":null}'])
 def test_missing_tool_name(body):
-    """A missing or blank tool_name is invalid_argument (notes 4.6 #3)."""
+    """A missing or blank tool_name is invalid_argument."""
     with pytest.raises(InvalidArgument, match="^tool_name is required$") as info:
         parse_run_request(body)
     assert info.value.code == "invalid_argument"
 
 
 def test_tools_without_name_are_dropped():
-    """Tool definitions with an empty function name are dropped (notes 4.2)."""
+    """Tool definitions with an empty function name are dropped."""
     req = parse_run_request({"tool_name": "t", "tools": [
         {"type": "function", "function": {"name": ""}},
         {"type": "function", "function": {"name": "get", "description": "d",
@@ -93,7 +94,7 @@ def test_tools_without_name_are_dropped():
 
 
 def test_normalize_input_blocks():
-    """Blocks become the origin's newline-joined prompt (notes 4.5 check 8)."""
+    """Blocks become the origin's newline-joined prompt."""
     blocks = [{"type": "text", "text": "a"}, {"content": "b"}, "c", {"x": 1}]
     assert normalize_input(blocks) == 'a\nb\nc\n{"x":1}'
 
@@ -135,7 +136,7 @@ def test_build_response_tool_calls_only():
     ("application/proto", "unsupported"),
 ])
 def test_connect_mode(content_type, mode):
-    """The request content type picks standard Connect or the origin's variant (4.6 #1)."""
+    """The request content type picks standard Connect or the origin's variant."""
     assert connect_mode(content_type) == mode
 
 
@@ -170,7 +171,7 @@ def test_connect_unsupported_codec():
 
 
 def test_grpc_frames():
-    """5-byte prefix; compressed and incomplete messages are rejected (notes 4.5 check 12)."""
+    """5-byte prefix; compressed and incomplete messages are rejected."""
     frame = encode_grpc_frame(b'{"a":1}')
     assert frame == b'\x00\x00\x00\x00\x07{"a":1}'
     assert decode_grpc_frame(frame + b"rest") == (b'{"a":1}', b"rest")

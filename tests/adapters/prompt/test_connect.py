@@ -1,4 +1,4 @@
-"""Connect JSON over real HTTP: both content types, health, errors (notes 4.5 checks 1-10)."""
+"""Connect JSON over real HTTP: both content types, health, errors."""
 
 from __future__ import annotations
 

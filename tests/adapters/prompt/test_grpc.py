@@ -1,4 +1,4 @@
-"""gRPC with a JSON codec on the second port: a grpcio client and raw HTTP/2 frames (4.4-4.5)."""
+"""gRPC with a JSON codec on the second port: a grpcio client and raw HTTP/2 frames."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ async def test_grpcio_client_run(run, fake):
     ([1], grpc.StatusCode.INVALID_ARGUMENT, "invalid JSON body"),
 ])
 async def test_grpcio_errors(run, body, status, message):
-    """Errors carry the matching status numbers of notes 4.6 #3 and our message."""
+    """Errors carry the matching status numbers (those the original sends) and our message."""
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await run(body, timeout=10)
     assert (info.value.code(), info.value.details()) == (status, message)

@@ -1,12 +1,13 @@
 """Sans-I/O codec of ``prompt.v1.PromptService/Run``: bytes in, values out, bytes to send.
 
-Spec: specs/sidecar-prompt-service.md ("Data Model", "gRPC (JSON) Flow"); the original's exact
-behaviour and the choices taken here are in notes/sidecar-origins.md 4.2-4.6 and 5.2:
+Spec: specs/sidecar-prompt-service.md ("Data Model", "gRPC (JSON) Flow"). Where the spec is
+silent, the codec does what the original Go service does, so its clients work unchanged:
 
-- request keys are accepted in snake_case and in proto-JSON lowerCamelCase (4.6 #4);
-  ``temperature: 0`` and ``max_output_tokens: 0`` mean "not set" (proto3 zero, 4.2);
-- the response is the spec's canonical object in snake_case with explicit zeros (4.6 #2);
-- Connect answers are chosen by the request content type (4.6 #1): ``application/json`` gets
+- request keys are accepted in snake_case and in proto-JSON lowerCamelCase (what protobuf's
+  JSON mapping sends); ``temperature: 0`` and ``max_output_tokens: 0`` mean "not set" (a proto3
+  zero cannot be told from an absent field);
+- the response is the spec's canonical object in snake_case with explicit zeros;
+- Connect answers are chosen by the request content type: ``application/json`` gets
   standard Connect unary (non-200 + ``{code, message}``), ``application/connect+json`` (and any
   other JSON-ish type, as the original does not check it) gets the original's 200 + ``{"error":…}``;
 - gRPC messages use the 5-byte length prefix (PROTOCOL-HTTP2 "Length-Prefixed-Message").

@@ -310,7 +310,8 @@ class Settings(BaseSettings):
     sidecars: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
         description='text sidecars to start with the server, as JSON: {"broker": {"port": 8790, '
-                    '"http_port": 8791}, "host": {"port": 8792}}')
+                    '"http_port": 8791}, "host": {"port": 8792}, "caller": {"port": 4037, '
+                    '"token": "..."}, "prompt": {"port": 53051}} (docs/sidecar-*.md)')
 
     # phone calls (Twilio Media Streams; docs/phone.md)
     phone: bool = Field(False, description="answer phone calls: the Twilio voice webhook "

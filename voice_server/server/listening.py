@@ -7,16 +7,13 @@ the session's ``Conversation``.
   model and the transcript judge whether the user is done. The turn ends after the silence the
   verdict asks for: about 200 ms when both say complete, up to ``end_of_turn_max_ms`` when the
   user is mid-sentence. Speech that resumes first drops the held answer unheard.
-- **Echo**: voice over the agent that is mostly the agent's own audio played back (measured
-  against what the transport played, echo.py) is neither a barge-in nor a turn, and does not
-  pause the agent; it is measured again every 200 ms, so the user talking through it counts.
-- **Barge-in**: voice onset while the agent talks pauses its audio at once (``duck``); a click or
-  a cough that never becomes speech resumes it. Speech long enough to count is then *judged*
-  before it cancels anything: its words are transcribed (about 300 ms in) and an
-  acknowledgement ("mm-hmm", "yeah", "okay", "right"), no words at all (a door, a cough) or the
-  agent's own words coming back through a speaker (echo) resume the agent where it paused; only
-  a real interruption cancels the turn, sends ``speech-start`` and is answered
-  (pipeline/barge_in.py holds the word rules).
+- **Echo** (barge_in_judge.py): voice over the agent that is mostly its own audio played back
+  (measured against what the transport played, echo.py) is neither a barge-in nor a turn, and
+  does not pause the agent; it is measured again every 200 ms, so the user talking through it
+  counts.
+- **Barge-in** (barge_in_judge.py): voice onset while the agent talks pauses its audio at once;
+  speech that counts is judged by its words before it cancels anything, and an
+  acknowledgement, a noise or the agent's echo resume the agent where it paused.
 """
 
 from __future__ import annotations
@@ -32,13 +29,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from ..metrics import TurnRecord
-from ..pipeline.barge_in import HUM_PROMPT, acknowledges, is_echo, no_words
-from ..pipeline.echo import EchoReference, echo_share
 from ..pipeline.end_of_turn import Ending, EndOfTurnPolicy, Verdict
 from ..pipeline.speech import HeldOutput, SpeechOutput
 from ..pipeline.stt import Hearing, STTError
 from ..pipeline.vad import StreamingVAD, VADEvent, VADSettings
 from ..protocol import Message, SpeechEnd, SpeechStart, Transcript
+from .barge_in_judge import RATE, BargeInJudge, Playback
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -52,25 +48,6 @@ log = logging.getLogger(__name__)
 INTERIM_AFTER_S = 1.5
 INTERIM_EVERY_S = 1.0
 JUDGE_AFTER_S = 0.4  # longest wait for the held answer to begin before the turn is judged
-BARGE_IN_JUDGE_S = 0.3  # speech heard before its words are judged (acknowledgement or not)
-ECHO_DELAY_S = 1.0  # longest delay searched between the agent's audio and its echo
-ECHO_WINDOW_S = 0.6  # the latest voice judged for echo
-ECHO_EVERY_S = 0.2  # speech taken for echo is measured again this often
-ECHO_WORDS_FROM = 0.2  # below this share of its audio, speech is not echo whatever its words
-RATE = 16_000
-
-class Playback(Protocol):
-    """The transport's outbound audio, as far as turn-taking touches it; ``echo`` records
-    what it played."""
-
-    echo: EchoReference
-
-    @property
-    def busy(self) -> bool: ...
-
-    def pause(self) -> None: ...
-
-    def resume(self) -> None: ...
 
 
 class TurnModel(Protocol):
@@ -84,19 +61,6 @@ class _Speculation:
     record: TurnRecord
     verdict: asyncio.Task[Verdict]
     ask: asyncio.Event  # the LLM may be asked (words that stop mid-sentence wait for it)
-
-
-@dataclass
-class _BargeIn:
-    """Speech over the agent, not yet judged."""
-
-    record: TurnRecord  # the new utterance's
-    agent_said: str
-    detected: float  # when the speech (or, judged again, its latest part) began to count
-    judge: asyncio.Task[Hearing] | None = None
-    judged_samples: int = 0  # of the utterance, when its words were last judged
-    echo_share: float = 0.0  # of the agent's own audio in the voice, when last measured
-    ignored: bool = False  # judged an acknowledgement, noise or echo: not a turn
 
 
 @dataclass(eq=False, kw_only=True)
@@ -115,7 +79,10 @@ class Listener:
         self._interim: asyncio.Task[None] | None = None
         self._record: TurnRecord | None = None
         self._held: _Speculation | None = None  # an answer started on a short pause
-        self._barge: _BargeIn | None = None
+        self._barge_ins = BargeInJudge(
+            settings=self.settings, conversation=self.conversation, stt=self.stt,
+            playback=self.playback, vad=lambda: self._vad, spawn=self._spawn,
+            user_speaks=self._user_speaks)
         self._last_interim = 0.0
         self._closed = False
         self._policy = EndOfTurnPolicy()
@@ -152,7 +119,7 @@ class Listener:
         vad.agent_speaking = self.conversation().agent_speaking
         for event in vad.feed(pcm):
             await self._on_event(event)
-        await self._judge_barge_in()
+        await self._barge_ins.step()
         held = self._held
         if held is not None and vad.paused:
             if vad.silence_ms >= self._ask_unfinished_ms:
@@ -164,14 +131,14 @@ class Listener:
     async def _on_event(self, event: VADEvent) -> None:
         kind = event.kind
         if kind == "duck":
-            self._duck()
+            self._barge_ins.duck()
         elif kind == "reject":
-            if self._barge is None:
+            if self._barge_ins.current is None:
                 self.playback.resume()  # a click or cough: carry on talking
         elif kind == "pause":
             await self._abandon()
-            barge = self._barge  # speech over the agent: answer it only if it interrupts
-            if barge is None or await self._interrupts(barge):
+            barge = self._barge_ins.current  # over the agent: answered only if it interrupts
+            if barge is None or await self._barge_ins.interrupts(barge):
                 await self._speculate(event.pcm)
         elif kind == "resume":
             await self._abandon()  # the user spoke on: drop it unheard
@@ -264,8 +231,8 @@ class Listener:
             self._interim.cancel()
         now = time.monotonic()
         speech_end = now - event.silence_ms / 1000
-        barge, self._barge = self._barge, None
-        if barge is not None and not await self._interrupts(barge):
+        barge, self._barge_ins.current = self._barge_ins.current, None
+        if barge is not None and not await self._barge_ins.interrupts(barge):
             self._record = None
             await self._abandon()
             self._refresh_vad()
@@ -294,41 +261,13 @@ class Listener:
             self._vad = StreamingVAD(wanted)
             self.playback.resume()
 
-    # ---- barge-in --------------------------------------------------------------------------
-    def _duck(self, echo_share: float | None = None) -> None:
-        """A voiced run started while the agent talks: silence the agent until the candidate is
-        judged (an interruption cancels the turn) or rejected (resume where it paused); not
-        for the agent's own echo."""
-        turn = self.conversation().interruptible_turn()
-        if turn is None or not self.playback.busy:
-            return
-        if self._is_echo(self._echo_share() if echo_share is None else echo_share):
-            return
-        self.playback.pause()
-        if turn.record.ducked is None:
-            turn.record.ducked = time.monotonic()
-
+    # ---- speech starts ---------------------------------------------------------------------
     async def _speech_started(self) -> None:
-        record = self._new_record()
+        record = self._record = self._new_record()
         turn = self.conversation().interruptible_turn()
         log.debug("speech started (agent speaking: %s)", turn is not None)
-        share = self._echo_share() if self.settings.barge_in_judge else 0.0
-        if self._is_echo(share):  # the agent's voice coming back (also after its turn ended)
-            self.playback.resume()
-            self._barge = _BargeIn(record, turn.spoken_text() if turn is not None else "",
-                                   time.monotonic(), ignored=True,
-                                   judged_samples=self._vad.utterance_samples,
-                                   echo_share=share)
-            self._record = record
-            return
-        if turn is not None and self.settings.barge_in_judge:
-            self._duck(share)
-            self._barge = _BargeIn(record, turn.spoken_text(), time.monotonic(),
-                                   echo_share=share)
-            self._record = record
-            return
-        self._record = record
-        await self._user_speaks(turn, time.monotonic())
+        if not self._barge_ins.candidate(record, turn):
+            await self._user_speaks(turn, time.monotonic())
 
     async def _user_speaks(self, turn: Turn | None, detected: float) -> None:
         """The user has the floor: ``speech-start``, and the agent's turn (if it is still
@@ -347,106 +286,11 @@ class Listener:
         with contextlib.suppress(STTError):
             await self.stt.prepare_ending(self.conversation().last_said())
 
-    async def _judge_barge_in(self) -> None:
-        barge = self._barge
-        if barge is None:
-            return
-        if barge.ignored:
-            self._judge_again(barge)
-            return
-        if barge.judge is None and time.monotonic() - barge.detected >= BARGE_IN_JUDGE_S:
-            self._judge(barge, self._vad.utterance_so_far())
-        if barge.judge is not None and barge.judge.done():
-            await self._interrupts(barge)
-
-    def _judge(self, barge: _BargeIn, pcm: np.ndarray) -> None:
-        barge.judged_samples = self._vad.utterance_samples
-        barge.judge = self._spawn(self._words(pcm), "barge-in-words")
-
-    async def _words(self, pcm: np.ndarray) -> Hearing:
-        """The words by the audio alone: enough to tell an acknowledgement, and sooner;
-        Whisper is told a hum came before (``HUM_PROMPT``), so it writes a hum as one."""
-        return await self.stt.hear(pcm, prompt=HUM_PROMPT)
-
-    def _judge_again(self, barge: _BargeIn) -> None:
-        """Speech judged not to interrupt goes on (echo of a long answer, or the user who
-        said "okay" and then a question): echo is measured again every ``ECHO_EVERY_S`` (the
-        user talking through it pauses the agent at once), other speech has its latest words
-        judged again each second."""
-        grown = self._vad.utterance_samples - barge.judged_samples
-        if grown < (ECHO_EVERY_S * RATE if self._is_echo(barge.echo_share) else RATE):
-            return
-        turn = self.conversation().interruptible_turn()
-        if turn is None and barge.agent_said:  # an acknowledgement that outlived the answer
-            return
-        was_echo = self._is_echo(barge.echo_share)
-        voice_from = barge.judged_samples - int(ECHO_WINDOW_S * RATE
-                                                + self.settings.vad_pre_roll_ms * RATE / 1000)
-        barge.judged_samples = self._vad.utterance_samples
-        barge.echo_share = self._echo_share()
-        if self._is_echo(barge.echo_share):
-            return
-        if was_echo:  # the user's voice began after the last window found echo: the turn is
-            # theirs from there (the agent's words before it are not the user's, and made
-            # Whisper stop at them or mishear what followed)
-            self._vad.forget_before(max(0, voice_from))
-            barge.judged_samples = self._vad.utterance_samples
-        barge.ignored = False
-        barge.agent_said = turn.spoken_text() if turn is not None else ""
-        barge.detected = time.monotonic()
-        self._duck(barge.echo_share)
-        self._judge(barge, self._vad.utterance_so_far()[-2 * RATE:])
-
-    def _echo_share(self) -> float:
-        """How much of the latest voice is the agent's own audio coming back (echo.py): judged
-        by the audio, which needs no words and is not fooled by misheard ones."""
-        voice = self._vad.voice_so_far()[-int(ECHO_WINDOW_S * RATE):]
-        if not len(voice):
-            return 0.0
-        played = self.playback.echo.recent(ECHO_DELAY_S + len(voice) / RATE, time.monotonic())
-        if not played.any():
-            return 0.0
-        share = echo_share(voice, played)
-        log.debug("echo share of the voice over the agent: %.2f", share)
-        return share
-
-    def _is_echo(self, share: float) -> bool:
-        return share >= self.settings.barge_in_echo_share
-
-    async def _interrupts(self, barge: _BargeIn) -> bool:
-        """Decide a barge-in candidate (waits for its words if need be): True when it is a real
-        interruption (the turn is cancelled and the speech becomes the next utterance)."""
-        if barge.ignored:
-            return False
-        if barge.judge is None:
-            self._judge(barge, self._vad.utterance_so_far())
-        assert barge.judge is not None
-        await asyncio.wait({barge.judge})
-        heard = (Hearing("") if barge.judge.cancelled() or barge.judge.exception()
-                 else barge.judge.result())
-        words = heard.text
-        turn = self.conversation().interruptible_turn()
-        if turn is None:
-            real = not no_words(words)  # the agent finished meanwhile: an ordinary utterance
-        else:
-            real = not acknowledges(words, heard.alternatives) and not (
-                barge.echo_share >= ECHO_WORDS_FROM and is_echo(words, barge.agent_said))
-        if not real:
-            log.debug("not a barge-in: %r", words)
-            barge.ignored = True
-            self.playback.resume()
-            return False
-        log.debug("barge-in: %r", words)
-        if self._barge is barge:
-            self._barge = None
-        await self._user_speaks(turn, barge.detected)
-        return True
-
     # ---- interim transcripts ---------------------------------------------------------------
     def _maybe_interim(self) -> None:
         vad = self._vad
         if (vad.speaking and self._held is None  # a paused user has a transcript coming
-                and self._barge is None
+                and self._barge_ins.current is None
                 and self.settings.interim_transcripts
                 and not self.busy()  # best effort: shed under load
                 and vad.time_s and time.monotonic() - self._last_interim >= INTERIM_EVERY_S

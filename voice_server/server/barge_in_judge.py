@@ -1,0 +1,214 @@
+"""Speech while the agent talks: a real interruption, or an acknowledgement, a noise or the
+agent's own echo that must not stop it (the ``Listener``'s barge-in half).
+
+Voice onset over the agent pauses its audio at once (``duck``); speech long enough to count is
+then judged before it cancels anything: its words are transcribed (``BARGE_IN_JUDGE_S`` in) and
+an acknowledgement ("mm-hmm", "yeah"), no words at all (a door, a cough) or the agent's own
+words coming back through a speaker resume the agent where it paused. Echo is told by the
+audio first (echo.py: how much of the voice is what the transport played), so it neither
+ducks nor cancels. Only a real interruption becomes the user's turn (``user_speaks``).
+pipeline/barge_in.py holds the word rules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from ..metrics import TurnRecord
+from ..pipeline.barge_in import HUM_PROMPT, acknowledges, is_echo, no_words
+from ..pipeline.echo import EchoReference, echo_share
+from ..pipeline.stt import Hearing
+from ..pipeline.vad import StreamingVAD
+
+if TYPE_CHECKING:
+    from ..config import Settings
+    from ..pipeline.turn import Turn
+    from .conversation import Conversation, Transcriber
+
+__all__ = ["BargeIn", "BargeInJudge", "Playback"]
+
+log = logging.getLogger(__name__)
+
+BARGE_IN_JUDGE_S = 0.3  # speech heard before its words are judged (acknowledgement or not)
+ECHO_DELAY_S = 1.0  # longest delay searched between the agent's audio and its echo
+ECHO_WINDOW_S = 0.6  # the latest voice judged for echo
+ECHO_EVERY_S = 0.2  # speech taken for echo is measured again this often
+ECHO_WORDS_FROM = 0.2  # below this share of its audio, speech is not echo whatever its words
+RATE = 16_000
+
+
+class Playback(Protocol):
+    """The transport's outbound audio, as far as turn-taking touches it; ``echo`` records
+    what it played."""
+
+    echo: EchoReference
+
+    @property
+    def busy(self) -> bool: ...
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+
+@dataclass
+class BargeIn:
+    """Speech over the agent, not yet judged."""
+
+    record: TurnRecord  # the new utterance's
+    agent_said: str
+    detected: float  # when the speech (or, judged again, its latest part) began to count
+    judge: asyncio.Task[Hearing] | None = None
+    judged_samples: int = 0  # of the utterance, when its words were last judged
+    echo_share: float = 0.0  # of the agent's own audio in the voice, when last measured
+    ignored: bool = False  # judged an acknowledgement, noise or echo: not a turn
+
+
+@dataclass(eq=False, kw_only=True)
+class BargeInJudge:
+    """The candidate barge-in of one session (``current``), judged as its audio arrives."""
+
+    settings: Settings
+    conversation: Callable[[], Conversation]
+    stt: Transcriber
+    playback: Playback
+    vad: Callable[[], StreamingVAD]  # the listener's current one (a stage may replace it)
+    spawn: Callable[[Any, str], asyncio.Task[Any]]
+    user_speaks: Callable[[Turn | None, float], Awaitable[None]]  # a real interruption
+    current: BargeIn | None = None
+
+    def duck(self, echo_share: float | None = None) -> None:
+        """A voiced run started while the agent talks: silence the agent until the candidate is
+        judged (an interruption cancels the turn) or rejected (resume where it paused); not
+        for the agent's own echo."""
+        turn = self.conversation().interruptible_turn()
+        if turn is None or not self.playback.busy:
+            return
+        if self.is_echo(self.echo_share() if echo_share is None else echo_share):
+            return
+        self.playback.pause()
+        if turn.record.ducked is None:
+            turn.record.ducked = time.monotonic()
+
+    def candidate(self, record: TurnRecord, turn: Turn | None) -> bool:
+        """Speech started: True when it is held as a candidate (the agent's echo, or speech
+        over the agent to judge), False when the user simply has the floor."""
+        share = self.echo_share() if self.settings.barge_in_judge else 0.0
+        if self.is_echo(share):  # the agent's voice coming back (also after its turn ended)
+            self.playback.resume()
+            self.current = BargeIn(record, turn.spoken_text() if turn is not None else "",
+                                   time.monotonic(), ignored=True,
+                                   judged_samples=self.vad().utterance_samples,
+                                   echo_share=share)
+            return True
+        if turn is not None and self.settings.barge_in_judge:
+            self.duck(share)
+            self.current = BargeIn(record, turn.spoken_text(), time.monotonic(),
+                                   echo_share=share)
+            return True
+        return False
+
+    async def step(self) -> None:
+        """After each piece of audio: judge the candidate's words once it has spoken long
+        enough, and act on the judgement when it is in."""
+        barge = self.current
+        if barge is None:
+            return
+        if barge.ignored:
+            self._judge_again(barge)
+            return
+        if barge.judge is None and time.monotonic() - barge.detected >= BARGE_IN_JUDGE_S:
+            self._judge(barge, self.vad().utterance_so_far())
+        if barge.judge is not None and barge.judge.done():
+            await self.interrupts(barge)
+
+    async def interrupts(self, barge: BargeIn) -> bool:
+        """Decide a barge-in candidate (waits for its words if need be): True when it is a real
+        interruption (the turn is cancelled and the speech becomes the next utterance)."""
+        if barge.ignored:
+            return False
+        if barge.judge is None:
+            self._judge(barge, self.vad().utterance_so_far())
+        assert barge.judge is not None
+        await asyncio.wait({barge.judge})
+        heard = (Hearing("") if barge.judge.cancelled() or barge.judge.exception()
+                 else barge.judge.result())
+        words = heard.text
+        turn = self.conversation().interruptible_turn()
+        if turn is None:
+            real = not no_words(words)  # the agent finished meanwhile: an ordinary utterance
+        else:
+            real = not acknowledges(words, heard.alternatives) and not (
+                barge.echo_share >= ECHO_WORDS_FROM and is_echo(words, barge.agent_said))
+        if not real:
+            log.debug("not a barge-in: %r", words)
+            barge.ignored = True
+            self.playback.resume()
+            return False
+        log.debug("barge-in: %r", words)
+        if self.current is barge:
+            self.current = None
+        await self.user_speaks(turn, barge.detected)
+        return True
+
+    def echo_share(self) -> float:
+        """How much of the latest voice is the agent's own audio coming back (echo.py): judged
+        by the audio, which needs no words and is not fooled by misheard ones."""
+        voice = self.vad().voice_so_far()[-int(ECHO_WINDOW_S * RATE):]
+        if not len(voice):
+            return 0.0
+        played = self.playback.echo.recent(ECHO_DELAY_S + len(voice) / RATE, time.monotonic())
+        if not played.any():
+            return 0.0
+        share = echo_share(voice, played)
+        log.debug("echo share of the voice over the agent: %.2f", share)
+        return share
+
+    def is_echo(self, share: float) -> bool:
+        return share >= self.settings.barge_in_echo_share
+
+    def _judge(self, barge: BargeIn, pcm: np.ndarray) -> None:
+        barge.judged_samples = self.vad().utterance_samples
+        barge.judge = self.spawn(self._words(pcm), "barge-in-words")
+
+    async def _words(self, pcm: np.ndarray) -> Hearing:
+        """The words by the audio alone: enough to tell an acknowledgement, and sooner;
+        Whisper is told a hum came before (``HUM_PROMPT``), so it writes a hum as one."""
+        return await self.stt.hear(pcm, prompt=HUM_PROMPT)
+
+    def _judge_again(self, barge: BargeIn) -> None:
+        """Speech judged not to interrupt goes on (echo of a long answer, or the user who
+        said "okay" and then a question): echo is measured again every ``ECHO_EVERY_S`` (the
+        user talking through it pauses the agent at once), other speech has its latest words
+        judged again each second."""
+        vad = self.vad()
+        grown = vad.utterance_samples - barge.judged_samples
+        if grown < (ECHO_EVERY_S * RATE if self.is_echo(barge.echo_share) else RATE):
+            return
+        turn = self.conversation().interruptible_turn()
+        if turn is None and barge.agent_said:  # an acknowledgement that outlived the answer
+            return
+        was_echo = self.is_echo(barge.echo_share)
+        voice_from = barge.judged_samples - int(ECHO_WINDOW_S * RATE
+                                                + self.settings.vad_pre_roll_ms * RATE / 1000)
+        barge.judged_samples = vad.utterance_samples
+        barge.echo_share = self.echo_share()
+        if self.is_echo(barge.echo_share):
+            return
+        if was_echo:  # the user's voice began after the last window found echo: the turn is
+            # theirs from there (the agent's words before it are not the user's, and made
+            # Whisper stop at them or mishear what followed)
+            vad.forget_before(max(0, voice_from))
+            barge.judged_samples = vad.utterance_samples
+        barge.ignored = False
+        barge.agent_said = turn.spoken_text() if turn is not None else ""
+        barge.detected = time.monotonic()
+        self.duck(barge.echo_share)
+        self._judge(barge, vad.utterance_so_far()[-2 * RATE:])

@@ -98,11 +98,16 @@ def end_of_turn_reasons(turns: list[dict[str, Any]]) -> dict[str, int]:
 
 async def turn_taking_phase(systems: list[Any], fake: Any, speech: Any, story: np.ndarray,
                             short: str, long: str, cases: int) -> dict[str, Any]:
-    """``speech(text, pad)`` -> 48 kHz PCM; ``cases`` of each kind per system."""
-    halves = [(speech(a, (1.0, 0.0)), speech(b, (0.0, 1.0))) for a, b in PAUSED]
-    sounds = {text: speech(text, (0.0, 0.3)) for text in ACKNOWLEDGEMENTS}
-    sounds.update(make_noises())
-    names = list(sounds)
+    """``speech(text, pad)`` -> 48 kHz PCM; ``cases`` of each kind per system. Each case is
+    spoken anew (Piper varies each rendition: one rendition replayed for every case made the
+    counts move in steps of 4 or 3, by whether Whisper heard that one right), and every system
+    gets the same audio."""
+    halves = [(speech(a, (1.0, 0.0)), speech(b, (0.0, 1.0)))
+              for a, b in (PAUSED[i % len(PAUSED)] for i in range(cases))]
+    noises = make_noises()
+    names = [*ACKNOWLEDGEMENTS, *noises]
+    sounds = [(name, noises[name] if name in noises else speech(name, (0.0, 0.3)))
+              for name in (names[i % len(names)] for i in range(cases))]
     out: dict[str, Any] = {}
     for system in systems:
         fake.default_text = short
@@ -110,15 +115,13 @@ async def turn_taking_phase(systems: list[Any], fake: Any, speech: Any, story: n
             await client.negotiate()
             await asyncio.sleep(0.5)
             paused, asked_before = [], len(fake.requests)
-            for i in range(cases):
-                first, second = halves[i % len(halves)]
+            for first, second in halves:
                 paused.append(await paused_turn(client, first, 0.8, second))
             asked = len(fake.requests) - asked_before
             over = []
-            for i in range(cases):
+            for name, sound in sounds:
                 fake.default_text = long
-                name = names[i % len(names)]
-                result = await over_the_agent(client, story, sounds[name],
+                result = await over_the_agent(client, story, sound,
                                               on_answer=lambda: setattr(fake, "default_text",
                                                                         short))
                 over.append({"sound": name, **result})

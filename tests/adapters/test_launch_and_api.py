@@ -121,3 +121,17 @@ def test_a_sidecar_option_out_of_range_is_one_line(argv, capsys):
     err = capsys.readouterr().err
     assert err.startswith("voice-server: configuration error: ") and len(err.splitlines()) == 1
     assert ("concurrency" if "host" in argv else "port: ") in err
+
+
+async def test_a_sidecar_port_in_use_names_the_sidecar(fake_router):
+    """A sidecar's port taken by another program is a configuration error naming the sidecar
+    (not the voice server's "choose another --port" hint)."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigError, match=f"sidecar 'host': .*{port}.*in use"):
+            async with launch_sidecars(fake_router, {"host": {"port": port}}, SETTINGS):
+                pass

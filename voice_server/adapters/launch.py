@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from ..config import ConfigError, Settings
 from ..llm import LLMRouter
+from ..serving import os_error_text
 from .kit import validation_text
 
 __all__ = ["launch_sidecars"]
@@ -50,4 +51,6 @@ async def launch_sidecars(router: LLMRouter, config: Mapping[str, Mapping[str, A
                 raise ConfigError(f"sidecar {name!r}: {validation_text(exc)}") from exc
             except ConfigError as exc:
                 raise ConfigError(f"sidecar {name!r}: {exc}") from exc
+            except OSError as exc:  # its port: the server's own --port hint would mislead
+                raise ConfigError(f"sidecar {name!r}: {os_error_text(exc)}") from exc
         yield ready

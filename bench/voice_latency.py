@@ -391,7 +391,6 @@ async def main() -> None:
     skip = set(filter(None, args.skip.split(",")))
 
     from tests.support.fake_openai import FakeOpenAI
-    from voice_server.llm.local import tiny_gguf_path
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -402,24 +401,12 @@ async def main() -> None:
     result: dict[str, Any] = {"bench": "voice_latency", "voice": args.voice,
                               "cpu_count": os.cpu_count(),
                               "load_avg_start": os.getloadavg()}
-    llama_python = args.llama_python or args.pipecat_python or sys.executable
-    if subprocess.run([llama_python, "-c", "import llama_cpp.server.app"],  # noqa: ASYNC221
-                      capture_output=True).returncode != 0:
-        sys.exit(f"{llama_python} cannot run llama_cpp.server: give --llama-python (a venv with "
-                 "llama-cpp-python[server]) or --pipecat-python")
-    llama_port = free_port()
-    llama = subprocess.Popen(  # noqa: ASYNC220 (a long-lived server, never waited on the loop)
-        [llama_python, "-m", "llama_cpp.server",
-         "--model", str(tiny_gguf_path()), "--host", "127.0.0.1", "--port", str(llama_port),
-         "--n_threads", str(args.llm_threads), "--n_threads_batch", str(args.llm_threads),
-         # its default cuts a running stream short when another request comes in: with
-         # concurrent sessions, answers went missing on both systems
-         "--interrupt_requests", "False"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    llama_url = f"http://127.0.0.1:{llama_port}/v1"
+    # the shared llama.cpp server serves the load and connections phases only
+    llama, llama_url = _start_llama(args) if "load" not in skip or "connections" not in skip \
+        else (None, "")
     try:
-        await wait_http(f"{llama_url}/models")
-        if "load" not in skip or "connections" not in skip:
+        if llama is not None:
+            await wait_http(f"{llama_url}/models")
             systems = build_systems(args, llama_url, "smollm2", embedded=args.embedded)
             async with contextlib.AsyncExitStack() as stack:
                 for system in systems:
@@ -452,8 +439,9 @@ async def main() -> None:
                                 lambda text, pad: speech48k(text, Path(tmp), pad, args.voice),
                                 story, SHORT, LONG, args.turn_cases)
     finally:
-        llama.terminate()
-        llama.wait(10)
+        if llama is not None:
+            llama.terminate()
+            llama.wait(10)
     result["ratios_pipecat_over_ours"] = ratios(result)
     result["load_avg_end"] = os.getloadavg()
     save(args.json, result)  # first: a chart that fails must not lose a 20-minute run
@@ -462,6 +450,27 @@ async def main() -> None:
 
         timeline_chart(result, args.chart)
     print(json.dumps(strip_private(result), indent=2))
+
+
+def _start_llama(args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], str]:
+    """The llama.cpp server both systems share in the load phases, and its URL."""
+    from voice_server.llm.local import tiny_gguf_path
+
+    llama_python = args.llama_python or args.pipecat_python or sys.executable
+    if subprocess.run([llama_python, "-c", "import llama_cpp.server.app"],
+                      capture_output=True).returncode != 0:
+        sys.exit(f"{llama_python} cannot run llama_cpp.server: give --llama-python (a venv with "
+                 "llama-cpp-python[server]) or --pipecat-python, or --skip load,connections")
+    port = free_port()
+    llama = subprocess.Popen(
+        [llama_python, "-m", "llama_cpp.server",
+         "--model", str(tiny_gguf_path()), "--host", "127.0.0.1", "--port", str(port),
+         "--n_threads", str(args.llm_threads), "--n_threads_batch", str(args.llm_threads),
+         # its default cuts a running stream short when another request comes in: with
+         # concurrent sessions, answers went missing on both systems
+         "--interrupt_requests", "False"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return llama, f"http://127.0.0.1:{port}/v1"
 
 
 def save(path: str | None, result: dict[str, Any]) -> None:

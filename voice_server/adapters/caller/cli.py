@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 from voice_server.config import ConfigError, config_file_from_env, env_value, load_settings
 
@@ -108,20 +107,15 @@ async def _serve_stdio(args: argparse.Namespace, options: CallerOptions) -> int:
     from mcp.server.stdio import stdio_server
 
     from .mcp_tools import build_mcp_server
-    from .providers import build_runtimes
-    from .service import CallerService
+    from .sidecar import open_caller
 
     if args.client_registry:
         clients = load_client_registry(args.client_registry)
     else:
         clients = ClientRegistry.single(args.token) if args.token else ClientRegistry([])
     entries = load_providers(args.providers) if args.providers else None
-    settings = load_settings(args.config)
-    with ThreadPoolExecutor(max_workers=settings.compute_workers,
-                            thread_name_prefix="llm-caller") as executor:
-        runtimes = build_runtimes(entries, settings, executor=executor)
-        async with CallerService(runtimes, registry=clients, options=options) as service:
-            server = build_mcp_server(service, stdio_token=args.token)
-            async with stdio_server() as (read, write):
-                await server.run(read, write, server.create_initialization_options())
+    async with open_caller(entries, clients, options, load_settings(args.config)) as service:
+        server = build_mcp_server(service, stdio_token=args.token)
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
     return 0

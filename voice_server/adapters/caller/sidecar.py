@@ -10,22 +10,26 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, model_validator
 
 from ...config import ConfigError, Settings
-from ...llm import LLMRouter
+from ...llm import LLMProvider, LLMRouter
 from ..kit import StrictModel
 from .config import (
     CallerConfigError,
     CallerOptions,
     ClientRegistry,
+    ProviderEntry,
     load_client_registry,
     load_providers,
 )
 
-__all__ = ["CallerSidecarConfig", "run_sidecar"]
+if TYPE_CHECKING:
+    from .service import CallerService
+
+__all__ = ["CallerSidecarConfig", "open_caller", "run_sidecar"]
 
 
 class CallerSidecarConfig(StrictModel):
@@ -48,14 +52,28 @@ class CallerSidecarConfig(StrictModel):
 
 
 @contextlib.asynccontextmanager
+async def open_caller(entries: dict[str, ProviderEntry] | None, clients: ClientRegistry,
+                      options: CallerOptions, settings: Settings,
+                      chat: LLMProvider | None = None) -> AsyncIterator[CallerService]:
+    """The caller's service over its catalog (None: one provider ``local``); ``chat``: the
+    configured chat provider lent by its owner (None: built from the settings, and closed)."""
+    from .providers import build_runtimes
+    from .service import CallerService
+
+    with ThreadPoolExecutor(max_workers=settings.compute_workers,
+                            thread_name_prefix="llm-caller") as executor:
+        runtimes = build_runtimes(entries, settings, executor=executor, chat=chat)
+        async with CallerService(runtimes, registry=clients, options=options) as service:
+            yield service
+
+
+@contextlib.asynccontextmanager
 async def run_sidecar(router: LLMRouter, config: CallerSidecarConfig | Mapping[str, Any],
                       settings: Settings) -> AsyncIterator[dict[str, str]]:
     """Serve REST, SSE and MCP on one port until the block exits; yields its ``url``. A
     registry or catalog file that cannot be read or is invalid is a configuration error."""
     from .http import CallerHTTPServer
     from .mcp_tools import build_mcp_server
-    from .providers import build_runtimes
-    from .service import CallerService
 
     config = CallerSidecarConfig.model_validate(config)
     try:
@@ -64,12 +82,8 @@ async def run_sidecar(router: LLMRouter, config: CallerSidecarConfig | Mapping[s
         entries = load_providers(config.providers) if config.providers else None
     except CallerConfigError as exc:
         raise ConfigError(exc.message) from exc
-    with ThreadPoolExecutor(max_workers=max(1, settings.compute_workers),
-                            thread_name_prefix="llm-caller") as executor:
-        runtimes = build_runtimes(entries, settings, executor=executor,
-                                  chat=router.default_provider)
-        async with CallerService(runtimes, registry=clients, options=config.options
-                                 ) as service, \
-                CallerHTTPServer(service, build_mcp_server(service), host=config.host,
-                                 port=config.port) as http:
-            yield {"url": http.url}
+    async with open_caller(entries, clients, config.options, settings,
+                           chat=router.default_provider) as service, \
+            CallerHTTPServer(service, build_mcp_server(service), host=config.host,
+                             port=config.port) as http:
+        yield {"url": http.url}

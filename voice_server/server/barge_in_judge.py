@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from ..metrics import TurnRecord
+from ..pipeline.audio import STT_RATE
 from ..pipeline.barge_in import HUM_PROMPT, acknowledges, is_echo, no_words
 from ..pipeline.echo import EchoReference, echo_share
 from ..pipeline.stt import Hearing
@@ -41,7 +42,7 @@ ECHO_DELAY_S = 1.0  # longest delay searched between the agent's audio and its e
 ECHO_WINDOW_S = 0.6  # the latest voice judged for echo
 ECHO_EVERY_S = 0.2  # speech taken for echo is measured again this often
 ECHO_WORDS_FROM = 0.2  # below this share of its audio, speech is not echo whatever its words
-RATE = 16_000
+RATE = STT_RATE  # the listener's audio
 
 
 class Playback(Protocol):

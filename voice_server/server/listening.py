@@ -29,12 +29,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from ..metrics import TurnRecord
+from ..pipeline.audio import STT_RATE
 from ..pipeline.end_of_turn import Ending, EndOfTurnPolicy, Verdict
 from ..pipeline.speech import HeldOutput, SpeechOutput
 from ..pipeline.stt import Hearing, STTError
 from ..pipeline.vad import StreamingVAD, VADEvent, VADSettings
 from ..protocol import Message, SpeechEnd, SpeechStart, Transcript
-from .barge_in_judge import RATE, BargeInJudge, Playback
+from .barge_in_judge import BargeInJudge, Playback
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -294,7 +295,7 @@ class Listener:
                 and self.settings.interim_transcripts
                 and not self.busy()  # best effort: shed under load
                 and vad.time_s and time.monotonic() - self._last_interim >= INTERIM_EVERY_S
-                and vad.utterance_samples >= INTERIM_AFTER_S * RATE
+                and vad.utterance_samples >= INTERIM_AFTER_S * STT_RATE
                 and (self._interim is None or self._interim.done())):
             self._last_interim = time.monotonic()
             self._interim = self._spawn(self._interim_transcript(vad.utterance_so_far()),

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .audio import Resampler
+from .audio import STT_RATE, Resampler
 
 __all__ = ["EchoReference", "echo_share"]
 
-RATE = 16_000
 
 
 class EchoReference:
@@ -31,7 +30,7 @@ class EchoReference:
     silence, and pieces that follow each other are joined sample-exact."""
 
     def __init__(self, seconds: float = 4.0) -> None:
-        self._ring = np.zeros(int(seconds * RATE), dtype=np.float32)
+        self._ring = np.zeros(int(seconds * STT_RATE), dtype=np.float32)
         self._end: int | None = None  # sample position (on the monotonic clock) after the last
         self._resampler: Resampler | None = None
         self._rate = 0
@@ -39,10 +38,10 @@ class EchoReference:
     def push(self, pcm: np.ndarray, rate: int, at: float) -> None:
         """``pcm`` (int16 mono at ``rate``) starts playing at ``at`` (``time.monotonic()``)."""
         if rate != self._rate:
-            self._resampler, self._rate = (Resampler(RATE) if rate != RATE else None), rate
+            self._resampler, self._rate = (Resampler(STT_RATE) if rate != STT_RATE else None), rate
         pcm16 = pcm if self._resampler is None else self._resampler.push(pcm, rate)
-        start = round(at * RATE)
-        if self._end is None or abs(start - self._end) > RATE // 25:  # not contiguous (> 40 ms)
+        start = round(at * STT_RATE)
+        if self._end is None or abs(start - self._end) > STT_RATE // 25:  # not contiguous (> 40 ms)
             self._end = start
         self._write(self._end, pcm16.astype(np.float32))
         self._end += len(pcm16)
@@ -58,8 +57,8 @@ class EchoReference:
 
     def recent(self, seconds: float, until: float) -> np.ndarray:
         """What played during the ``seconds`` before ``until`` (silence where nothing did)."""
-        n = min(int(seconds * RATE), len(self._ring))
-        end = round(until * RATE)
+        n = min(int(seconds * STT_RATE), len(self._ring))
+        end = round(until * STT_RATE)
         out = np.zeros(n, dtype=np.float32)
         if self._end is None:
             return out
@@ -73,7 +72,7 @@ class EchoReference:
         return out
 
 
-def echo_share(inbound: np.ndarray, reference: np.ndarray, block: int = RATE // 5) -> float:
+def echo_share(inbound: np.ndarray, reference: np.ndarray, block: int = STT_RATE // 5) -> float:
     """The share (0..1) of ``inbound``'s energy that delayed, scaled copies of ``reference``
     explain, judged in blocks of ``block`` samples, each at its own best delay (a client's
     playout delay drifts as its jitter buffer adapts). ``reference`` ends when ``inbound`` does

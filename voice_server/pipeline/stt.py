@@ -26,6 +26,7 @@ import numpy as np
 
 from ..compute import ComputePool
 from ..workers import ServiceSpec
+from .audio import STT_RATE
 from .end_of_turn import Ending, unfinished
 from .pooled import PooledModel, PooledWorker
 from .readings import ReadingScorer, competing, pick
@@ -39,8 +40,7 @@ __all__ = [
 ]
 
 
-_RATE = 16_000
-_MARGIN = 2 * _RATE  # seconds of silence an utterance keeps after it inside the window
+_MARGIN = 2 * STT_RATE  # seconds of silence an utterance keeps after it inside the window
 _TOKENS_PER_S = 6  # more than any speaker; a loop runs into it
 _NO_SPEECH = 0.8
 # readings whose length-normalized log-probability is within this of the best are "nearly as
@@ -230,7 +230,7 @@ class WhisperService:
         came before (Whisper's previous-text prompt), which leans it towards such words."""
         model = self._model
         audio = pcm.astype(np.float32) / 32768.0
-        if self._window_s and len(audio) + _MARGIN <= 30 * _RATE:
+        if self._window_s and len(audio) + _MARGIN <= 30 * STT_RATE:
             return self._hear_window(model, audio, prompt)
         segments, _info = model.transcribe(
             audio, beam_size=self._beam, language=self._language,
@@ -248,15 +248,15 @@ class WhisperService:
         prompt = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
         if before.strip():
             prompt = [tokenizer.sot_prev, *tokenizer.encode(" " + before.strip()), *prompt]
-        seconds = max(self._window_s, -(-(len(audio) + _MARGIN) // _RATE))  # whole seconds
-        window = int(seconds * _RATE)
+        seconds = max(self._window_s, -(-(len(audio) + _MARGIN) // STT_RATE))  # whole seconds
+        window = int(seconds * STT_RATE)
         padded = np.zeros(window, dtype=np.float32)
         padded[:len(audio)] = audio
         features = model.feature_extractor(padded, padding=0)
         encoded = model.model.encode(
             ctranslate2.StorageView.from_array(np.ascontiguousarray(features[None])),
             to_cpu=False)
-        budget = int(len(audio) / _RATE * _TOKENS_PER_S) + 8
+        budget = int(len(audio) / STT_RATE * _TOKENS_PER_S) + 8
         # every finished beam comes back (the best is the same as with one, at the same cost)
         result = model.model.generate(
             encoded, [prompt], beam_size=self._beam, num_hypotheses=self._beam,

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..compute import ComputePool
 from ..workers import ServiceSpec
+from .audio import STT_RATE
 from .pooled import PooledModel, PooledWorker
 from .tts import quiet_onnxruntime
 from .vad import KEEP_SILENCE_MS
@@ -32,10 +33,9 @@ from .vad import KEEP_SILENCE_MS
 __all__ = ["SMART_TURN_SHA256", "SmartTurn", "SmartTurnService", "TurnModelError",
            "default_turn_model"]
 
-RATE = 16_000
-WINDOW = 8 * RATE
+WINDOW = 8 * STT_RATE
 HEARD_SILENCE_MS = 200  # silence after the voice that the model hears (see features())
-EXTRA_SILENCE = RATE * (HEARD_SILENCE_MS - KEEP_SILENCE_MS) // 1000  # beyond the VAD's
+EXTRA_SILENCE = STT_RATE * (HEARD_SILENCE_MS - KEEP_SILENCE_MS) // 1000  # beyond the VAD's
 # the file in pipecat-ai 1.14.0; the wheel's publisher is the model's author, the pin guards
 # against a different file under the same name
 SMART_TURN_SHA256 = "2bb026316b14a660486a75b1733cd3fbab8c2fd0314dc9af7be49f8cca967e4f"
@@ -99,7 +99,7 @@ class SmartTurnService:
                                                      providers=["CPUExecutionProvider"])
         self._extractor = FeatureExtractor(feature_size=80)
         self.model_ref = str(path)
-        probability = self.complete(np.zeros(RATE, dtype=np.int16))  # self-test, and warm
+        probability = self.complete(np.zeros(STT_RATE, dtype=np.int16))  # self-test, and warm
         if not 0.0 <= probability <= 1.0:
             raise TurnModelError(f"the end-of-turn model's self-test gave {probability}")
 

@@ -43,11 +43,10 @@ from dataclasses import dataclass
 import numpy as np
 import webrtcvad
 
-from .audio import rms
+from .audio import STT_RATE, rms
 
 __all__ = ["StreamingVAD", "VADEvent", "VADSettings"]
 
-RATE = 16_000
 # audio an utterance keeps after the voice: all a speculative pause at 120 ms has, so the pause
 # and the end carry the same audio (the shorter the tail, the likelier Whisper's "... the sea.
 # Tell me": stt.cut_restart)
@@ -88,7 +87,7 @@ class StreamingVAD:
     def __init__(self, settings: VADSettings | None = None) -> None:
         self.settings = s = settings or VADSettings()
         self._vad = webrtcvad.Vad(s.aggressiveness)
-        self._frame = RATE * s.frame_ms // 1000
+        self._frame = STT_RATE * s.frame_ms // 1000
         # trailing silent frames that emit ``pause`` (0: never), and those the utterance keeps
         self._pause_frames = max(1, s.spec_silence_ms // s.frame_ms) if s.spec_silence_ms else 0
         keep = KEEP_SILENCE_MS // s.frame_ms
@@ -176,7 +175,7 @@ class StreamingVAD:
     def _step(self, frame: np.ndarray) -> VADEvent | None:
         s = self.settings
         self._frames_seen += 1
-        voiced = self._vad.is_speech(frame.tobytes(), RATE)
+        voiced = self._vad.is_speech(frame.tobytes(), STT_RATE)
         if self.speaking:
             self._speech.append(frame)
             voice = voiced and self._is_voice(frame)

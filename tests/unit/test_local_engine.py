@@ -214,16 +214,16 @@ def test_closing_ends_open_answers_with_an_error(llama) -> None:
 def test_slot_choice_keeps_other_conversations_caches() -> None:
     """Pure policy, no model: continue your own cache; never evict a cache you only share a
     system prompt with while an empty or older slot is free."""
-    from voice_server.llm.local_engine import _pick_slot, _Slot
+    from voice_server.llm.kv_slots import Slot, pick_slot
 
     system = [1, 2, 3, 4]
-    mine = _Slot(0, [*system, 10, 11, 12, 13], used_at=5.0)
-    other = _Slot(1, [*system, 20, 21, 22, 23, 24, 25], used_at=9.0)
-    empty = _Slot(2, [], used_at=0.0)
-    assert _pick_slot([other, mine, empty], [*system, 10, 11, 12, 13, 14]) is mine
-    assert _pick_slot([other, empty], [*system, 30, 31]) is empty  # not `other`
-    assert _pick_slot([other, mine], [*system, 30, 31]) is mine  # least recently used
-    assert _pick_slot([other], [*system, 20, 21, 22, 23, 99]) is other  # mostly its own
+    mine = Slot(0, [*system, 10, 11, 12, 13], used_at=5.0)
+    other = Slot(1, [*system, 20, 21, 22, 23, 24, 25], used_at=9.0)
+    empty = Slot(2, [], used_at=0.0)
+    assert pick_slot([other, mine, empty], [*system, 10, 11, 12, 13, 14]) is mine
+    assert pick_slot([other, empty], [*system, 30, 31]) is empty  # not `other`
+    assert pick_slot([other, mine], [*system, 30, 31]) is mine  # least recently used
+    assert pick_slot([other], [*system, 20, 21, 22, 23, 99]) is other  # mostly its own
 
 
 def test_a_template_that_renders_nothing_is_a_bad_request(engine, monkeypatch) -> None:

@@ -2,18 +2,11 @@
 first-piece-first scheduling, so that 4 sessions on 2 cores each hear their answer start
 soon.
 
-One llama.cpp context holds ``slots`` sequences in one shared KV cache of ``n_ctx`` tokens
-(``n_seq_max`` = slots, ``kv_unified`` on): any one answer may use the whole context (a long
-prompt from a sidecar, a long conversation), and together they never hold more. When a step
-needs more room than is free, the caches of idle slots are dropped, least recently used
-first. A request takes the free slot whose cached tokens
-share the longest prefix with its prompt, and only the rest of the prompt is evaluated. A
-session's next turn finds its own history there, so it pays for the new user message only;
-a new conversation shares the cells of the longest prefix another slot holds (the system
-prompt, a playbook's tool list) instead of evaluating it again;
-with one shared cache (the high-level ``Llama`` object), four sessions took turns evicting each
-other and paid for their whole history every turn (~4 ms per token on 2 cores). llama.cpp's
-server does the same with ``--parallel`` and ``--cache-prompt``.
+One llama.cpp context holds ``slots`` sequences in one shared KV cache of ``n_ctx`` tokens;
+``kv_slots.py`` keeps which holds what, so that a session's next turn pays for its new message
+only and a new conversation shares the system prompt's cells. With one shared cache (the
+high-level ``Llama`` object), four sessions took turns evicting each other and paid for their
+whole history every turn (~4 ms per token on 2 cores).
 
 One thread runs the model, one decode step at a time. A step is chosen *first piece first*:
 while any answer is among its first ``urgent_tokens`` tokens (its prompt included), only those
@@ -57,13 +50,13 @@ from typing import Any, Protocol
 
 from ..compat import llama_batch, llama_context, llama_model
 from .errors import LLMBadRequest, LLMError
+from .kv_slots import KVSlots, Slot
 from .local_decoding import OPEN, StopText, chat_formatter, sample_token, sampler
 from .types import StreamEvent, Usage
 
 __all__ = ["GIVE_WAY_S", "Generation", "LlamaEngine", "OtherWork", "SamplingParams"]
 
 GIVE_WAY_S = 0.2  # longest wait of a later-tokens step for urgent STT/TTS work
-SHARE_MIN_TOKENS = 16  # a shorter prefix is not worth taking from another slot
 BUSY_PROMPT_CHUNK = 4  # prompt tokens a step takes on one thread while the pool works
 
 
@@ -112,19 +105,11 @@ class Generation:
         self.produced = 0
         self.cached = 0  # prompt tokens found in the slot's cache (not evaluated again)
         self.max_tokens = params.max_tokens
-        self.slot: _Slot | None = None
+        self.slot: Slot | None = None
         self.sampler: Any = None
         self.text = StopText(params.stop)
         self.segments = list(params.segments)  # parts still to write (SamplingParams.segments)
         self.finished = False
-
-
-@dataclass(eq=False)
-class _Slot:
-    id: int
-    tokens: list[int]  # what its KV region holds, position by position
-    busy: bool = False
-    used_at: float = 0.0
 
 
 class LlamaEngine:
@@ -145,10 +130,11 @@ class LlamaEngine:
         params.n_threads = params.n_threads_batch = 1  # see the module docstring
         self._ctx = llama_context(llama, params)
         self._batch = llama_batch(n_batch)
-        self._memory = llama_cpp.llama_get_memory(self._ctx.ctx)
         self._vocab = llama_cpp.llama_model_get_vocab(llama_model(llama).model)
         self._n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx.ctx))  # shared by all slots
+        self._kv = KVSlots(llama_cpp, llama_cpp.llama_get_memory(self._ctx.ctx), slots,
+                           self.n_ctx)
         self._n_batch = n_batch
         self._ahead = ahead
         self._urgent = urgent_tokens
@@ -159,7 +145,6 @@ class LlamaEngine:
         self._format = chat_formatter(llama)
         tag = llama.tokenize(OPEN.encode(), add_bos=False, special=True)
         self._trigger_tokens = tag if len(tag) == 1 else []  # "<tool_call>" is one token
-        self._slots = [_Slot(i, []) for i in range(slots)]
         self._waiting: collections.deque[Generation] = collections.deque()
         self._active: list[Generation] = []
         self._cond = threading.Condition()
@@ -235,7 +220,7 @@ class LlamaEngine:
                                else self._n_batch)
 
     def _ready(self) -> bool:
-        if self._waiting and any(not s.busy for s in self._slots):
+        if self._waiting and self._kv.any_free():
             return True
         return any(self._runnable(g) for g in self._active)
 
@@ -243,16 +228,16 @@ class LlamaEngine:
         return not gen.finished and gen.slot is not None and (
             bool(gen.pending) or (gen.last is not None and gen.credit > 0))
 
-    def _claim_slots(self) -> list[tuple[Generation, _Slot]]:
+    def _claim_slots(self) -> list[tuple[Generation, Slot]]:
         """Give waiting requests a free slot each (called with the lock held; a prompt of a
         few hundred tokens takes ~1 ms to format and tokenize)."""
         claimed = []
-        while self._waiting and (free := [s for s in self._slots if not s.busy]):
+        while self._waiting and self._kv.any_free():
             gen = self._waiting.popleft()
             if not self._tokenize(gen):
                 continue
-            slot = _pick_slot(free, gen.prompt)
-            slot.busy = True
+            slot = self._kv.claim(gen.prompt)
+            assert slot is not None  # one was free, under the lock
             gen.slot = slot
             self._active.append(gen)
             claimed.append((gen, slot))
@@ -270,7 +255,7 @@ class LlamaEngine:
         gen.text = StopText((*gen.params.stop, *stop))
         return True
 
-    def _admit(self, gen: Generation, slot: _Slot) -> None:
+    def _admit(self, gen: Generation, slot: Slot) -> None:
         if gen.finished:  # cancelled meanwhile
             return
         if not gen.prompt:  # a template that renders nothing
@@ -281,20 +266,8 @@ class LlamaEngine:
                 f"prompt too long for the local model: {len(gen.prompt)} tokens, the context "
                 f"holds {self.n_ctx}", provider="local"))
             return
-        keep = min(_common(slot.tokens, gen.prompt), len(gen.prompt) - 1)
-        donor, shared = self._best_prefix(slot, gen.prompt)
         with self.model_lock:
-            if donor is not None and shared > keep + SHARE_MIN_TOKENS:
-                # another conversation holds a longer prefix (the system prompt, a playbook's
-                # tools): share its cells instead of evaluating them again
-                self._c.llama_memory_seq_rm(self._memory, slot.id, -1, -1)
-                self._c.llama_memory_seq_cp(self._memory, donor.id, slot.id, 0, shared)
-                slot.tokens[:] = gen.prompt[:shared]
-                keep = shared
-            elif not self._c.llama_memory_seq_rm(self._memory, slot.id, keep, -1):
-                keep = 0
-                self._c.llama_memory_seq_rm(self._memory, slot.id, -1, -1)
-        del slot.tokens[keep:]
+            keep = self._kv.reuse(slot, gen.prompt)
         gen.cached = keep
         gen.pending = gen.prompt[keep:]
         log.debug("slot %d: prompt of %d tokens, %d cached", slot.id, len(gen.prompt), keep)
@@ -305,17 +278,7 @@ class LlamaEngine:
             self._finish(gen, error=LLMBadRequest(f"cannot use the tools' grammar: {exc}",
                                                   provider="local"))
 
-    def _best_prefix(self, slot: _Slot, prompt: list[int]) -> tuple[_Slot | None, int]:
-        """The other slot sharing the longest prefix with ``prompt``, and its length."""
-        best: tuple[_Slot | None, int] = (None, 0)
-        for other in self._slots:
-            if other is not slot:
-                common = min(_common(other.tokens, prompt), len(prompt) - 1)
-                if common > best[1]:
-                    best = (other, common)
-        return best
-
-    def _choose(self) -> tuple[list[tuple[Generation, _Slot]], bool]:
+    def _choose(self) -> tuple[list[tuple[Generation, Slot]], bool]:
         """First piece first: answers still in their first tokens go alone (called locked).
         Returns the group and whether it is urgent."""
         runnable = [g for g in self._active if self._runnable(g)]
@@ -335,7 +298,7 @@ class LlamaEngine:
         self._giving_way_since = None  # one step, then give way again
         return False
 
-    def _use_threads(self, group: list[tuple[Generation, _Slot]]) -> int:
+    def _use_threads(self, group: list[tuple[Generation, Slot]]) -> int:
         """Set and return the step's threads. A prompt on one thread (the pool busy) goes
         ``BUSY_PROMPT_CHUNK`` tokens a step, to take both cores once the pool is idle: the
         end-of-turn check (~100 ms) starts with a question's prompt and kept 12 tokens of the
@@ -349,7 +312,7 @@ class LlamaEngine:
             self._threads_now = threads
         return threads
 
-    def _step(self, group: list[tuple[Generation, _Slot]], prompt_chunk: int) -> None:
+    def _step(self, group: list[tuple[Generation, Slot]], prompt_chunk: int) -> None:
         """Decode one batch, at most ``prompt_chunk`` tokens of each prompt; the slots were
         taken under the lock (a reader may cancel its answer meanwhile; only this thread
         reuses a slot, so its cache stays consistent)."""
@@ -375,17 +338,16 @@ class LlamaEngine:
             if not gen.pending:
                 b.logits[b.n_tokens - 1] = True
                 outputs.append((gen, b.n_tokens - 1))
-        self._make_room()
+        self._kv.make_room()
         code = self._c.llama_decode(self._ctx.ctx, b)
         if code != 0:
             error = LLMError(
                 "the local model's context is full: the answers in progress hold "
-                f"{sum(len(s.tokens) for s in self._slots)} tokens, it holds {self.n_ctx}"
+                f"{self._kv.held()} tokens, it holds {self.n_ctx}"
                 if code == 1 else f"local model failed: llama_decode returned {code}",
                 provider="local")
             for gen, slot in group:  # their cached tokens are unknown now: forget them
-                self._c.llama_memory_seq_rm(self._memory, slot.id, -1, -1)
-                slot.tokens.clear()
+                self._kv.forget(slot)
                 self._finish(gen, error=error)
             return
         for gen, index in outputs:
@@ -394,21 +356,6 @@ class LlamaEngine:
                 continue
             self._take(gen, sample_token(gen.sampler, self._ctx.ctx, index, gen.params,
                                          self._n_vocab))
-
-    def _make_room(self) -> None:
-        """Drop idle slots' caches, least recently used first, until the cached tokens fit
-        (called on the engine thread, ``slot.tokens`` already counting the step's batch)."""
-        used = sum(len(s.tokens) for s in self._slots)
-        if used <= self.n_ctx:  # the usual case, every step: nothing to drop
-            return
-        idle = sorted((s for s in self._slots if not s.busy and s.tokens),
-                      key=lambda s: s.used_at)
-        while used > self.n_ctx and idle:
-            slot = idle.pop(0)
-            used -= len(slot.tokens)
-            self._c.llama_memory_seq_rm(self._memory, slot.id, -1, -1)
-            slot.tokens.clear()
-            log.debug("slot %d: cache dropped for room", slot.id)
 
     def _take(self, gen: Generation, token: int) -> None:
         gen.last = token
@@ -474,26 +421,5 @@ class LlamaEngine:
             self._active.remove(gen)
         slot, gen.slot = gen.slot, None
         if slot is not None:
-            slot.busy = False
-            slot.used_at = time.monotonic()
+            self._kv.release(slot)
 
-
-def _pick_slot(free: list[_Slot], prompt: list[int]) -> _Slot:
-    """The slot whose cache this prompt mostly continues (the same conversation: at least
-    half of what it holds is a prefix of the prompt), the longest such; else the least
-    recently used one. Sharing only the system prompt is not enough: taking that slot would
-    throw away another conversation's history, which it would pay for on its next turn."""
-    matches = [(common, s) for s in free
-               if (common := _common(s.tokens, prompt)) and 2 * common >= len(s.tokens)]
-    if matches:
-        return max(matches, key=lambda m: m[0])[1]
-    return min(free, key=lambda s: s.used_at)
-
-
-def _common(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n

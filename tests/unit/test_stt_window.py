@@ -3,11 +3,13 @@ faster-whisper's 30 s decoding on real speech."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
 from voice_server.compute import ComputePool
-from voice_server.pipeline.audio import decode_wav
+from voice_server.pipeline.audio import decode_wav, resample
 from voice_server.pipeline.stt import WhisperSTT, cut_loop, cut_restart
 
 
@@ -61,6 +63,48 @@ def test_a_sentence_said_three_times_and_more_at_the_end_is_said_once() -> None:
         "What is the capital of? Germany."
     assert cut_restart("Stop. Stop. Stop.") == "Stop."
     assert cut_restart("No. No.") == "No. No."
+
+
+def test_a_number_said_again_and_again_alone_is_said_once() -> None:
+    """tiny.en's "5 5" for a lone "Five." (it cannot count real repeats either)."""
+    assert cut_restart("5 5") == "5"
+    assert cut_restart("12 12 12") == "12"
+    assert cut_restart("11. 11.") == "11."
+    assert cut_restart("2, 2,") == "2"  # a trailing comma would read as an unfinished reply
+    assert cut_restart("7 7?") == "7?"
+    for kept in ("5", "2 3", "What is 2 plus 2?", "Table for 5 5", "No. No."):
+        assert cut_restart(kept) == kept
+
+
+@pytest.mark.slow
+async def test_a_lone_number_in_our_voice_is_heard_once() -> None:
+    """The numbers a caller gives the booking playbook ("For how many people?"), in our Piper
+    voice without its random variation, through the server's Whisper as the answer hears them:
+    each is one number (before, "Five." and "Twelve." came back as "5 5" and "12 12")."""
+    from piper import PiperVoice, SynthesisConfig
+
+    from voice_server.pipeline.tts import default_piper_voice
+
+    voice = PiperVoice.load(str(default_piper_voice()))
+    steady = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
+    said = {"Three.": "3", "Five.": "5", "Eight.": "8", "Eleven.": "11", "Twelve.": "12"}
+    async with ComputePool(1) as pool:
+        stt = WhisperSTT(pool)
+        await stt.load()
+        try:
+            heard = {}
+            for text in said:
+                pcm = np.concatenate([chunk.audio_int16_array.reshape(-1)
+                                      for chunk in voice.synthesize(text, syn_config=steady)])
+                pcm = resample(pcm, voice.config.sample_rate, 16000)
+                silence = np.zeros(1920, dtype=np.int16)  # the 120 ms the server keeps
+                heard[text] = await stt.transcribe(np.concatenate([pcm, silence]))
+        finally:
+            await stt.aclose()
+    numbers = {text: re.findall(r"\w+", words.lower()) for text, words in heard.items()}
+    assert all(len(found) == 1 for found in numbers.values()), heard
+    assert sum(found == [said[text]] or found == [text.lower().strip(".")]
+               for text, found in numbers.items()) >= 4, heard
 
 
 @pytest.mark.slow

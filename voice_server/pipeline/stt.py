@@ -85,7 +85,7 @@ def cut_restart(text: str) -> str:
     too (its capital letter marks where it begins): "... the weather We could talk about the"
     held a finished sentence's turn open 1.6 s as an unfinished reading ("to New York City"
     after "New York City" is finished, and stays)."""
-    text = _cut_repeated_sentences(text)
+    text = _one_number(_cut_repeated_sentences(text))
     match = _RESTART.match(text.strip())
     if match is not None and _says_again(match["said"], match["again"], 2):
         return match["said"]
@@ -96,6 +96,19 @@ def cut_restart(text: str) -> str:
         if _says_again(said, again, 3) and unfinished(again):
             return said + "."
     return text
+
+
+_NUMBER_AGAIN = re.compile(r"^\s*(?P<number>\d+)(?:[\s.,?!-]+(?P=number))+\s*(?P<end>[.?!]?)\W*$")
+
+
+def _one_number(text: str) -> str:
+    """A reply that is one number said again and again is the number once. tiny.en writes a
+    lone number in our Piper voice as "5 5", "12 12 12" or "11. 11." (16 of 48 renditions of
+    "One." to "Twelve."), and cannot count a real repeat either ("Five five five." came back
+    as two to four fives). The LLM was given "5 5" for "Five.", and as two words it went
+    through the language model's sentence-end check, which a one-word reply skips."""
+    match = _NUMBER_AGAIN.match(text)
+    return match["number"] + match["end"] if match else text
 
 
 _UNPUNCTUATED_RESTART = re.compile(r"(?<=\w )(?!I\b|I')[A-Z]")

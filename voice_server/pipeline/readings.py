@@ -25,11 +25,12 @@ import numpy as np
 
 from .end_of_turn import Ending
 
-__all__ = ["OPENING_LINE", "SAID_BEFORE_WORDS", "ReadingScorer", "competing", "pick"]
+__all__ = ["OPENING_LINE", "SAID_BEFORE_WORDS", "SENTENCE_BREAK", "ReadingScorer", "competing",
+           "pick"]
 
 _WORD = re.compile(r"[a-z0-9']+")
 _FINAL_PUNCTUATION = re.compile(r"[\s?.!,;:…]+$")
-_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+")
+SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+")  # between two sentences
 # what the user's words answer before the agent has said anything: an open question
 OPENING_LINE = "Hello! How can I help you today?"
 SAID_BEFORE_WORDS = 12
@@ -188,7 +189,7 @@ def _recent(said: str) -> str:
     """The last whole sentences of ``said`` within ``SAID_BEFORE_WORDS`` words (the last words
     of one longer sentence): what a reply answers, kept short for the model's 256 tokens."""
     kept: list[str] = []
-    for sentence in reversed(_SENTENCE_BREAK.split(said.strip())):
+    for sentence in reversed(SENTENCE_BREAK.split(said.strip())):
         if sum(len(s.split()) for s in kept) + len(sentence.split()) > SAID_BEFORE_WORDS:
             if not kept:
                 kept.append(" ".join(sentence.split()[-SAID_BEFORE_WORDS:]))

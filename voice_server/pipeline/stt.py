@@ -29,7 +29,7 @@ from ..workers import ServiceSpec
 from .audio import STT_RATE
 from .end_of_turn import Ending, unfinished
 from .pooled import PooledModel, PooledWorker
-from .readings import ReadingScorer, competing, pick
+from .readings import SENTENCE_BREAK, ReadingScorer, competing, pick
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -122,11 +122,10 @@ def _says_again(said: str, again: str, least: int) -> bool:
                                       for i in range(len(head) - len(tail) + 1))
 
 
-_SENTENCE_END = re.compile(r"(?<=[.?!])\s+")
 
 
 def _cut_repeated_sentences(text: str) -> str:
-    sentences = _SENTENCE_END.split(text.strip())
+    sentences = SENTENCE_BREAK.split(text.strip())
     words = [_RESTART_WORD.findall(sentence.lower()) for sentence in sentences]
     run = 1
     while run < len(words) and words[-1 - run] == words[-1] and words[-1]:

@@ -37,6 +37,10 @@ def _serve(args: argparse.Namespace) -> int:
     from .serving import os_error_text
 
     settings = settings_from_args(args)
+    if settings.sidecars:  # a mistake in them is said before the models load, not after
+        from .adapters.launch import check_sidecars
+
+        check_sidecars(settings.sidecars, settings)
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:

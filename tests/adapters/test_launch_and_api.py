@@ -9,7 +9,7 @@ import voice_server.adapters.broker as broker
 import voice_server.adapters.host as host
 from voice_server.adapters.broker import request_completion
 from voice_server.adapters.host import HostClient
-from voice_server.adapters.launch import launch_sidecars
+from voice_server.adapters.launch import check_sidecars, launch_sidecars
 from voice_server.adapters.prompt import ToolConfig, open_store
 from voice_server.config import ConfigError, Settings
 from voice_server.llm import ChatRequest, LLMError, LLMRouter
@@ -50,6 +50,43 @@ async def test_launch_rejects_bad_config(fake_router, config, message):
     with pytest.raises(ConfigError, match=message):
         async with launch_sidecars(fake_router, config, SETTINGS):
             pass
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    ({"broker": {"port": 8787}}, "sidecar 'broker': port 8787 is the voice server's port too"),
+    ({"broker": {"port": 9100}, "host": {"port": 9100}},
+     "sidecar 'host': port 9100 is sidecar 'broker''s port too"),
+    ({"broker": {"port": 9100, "http_port": 9100}},
+     "sidecar 'broker': http_port 9100 is sidecar 'broker''s port too"),
+    ({"prompt": {"host": "0.0.0.0", "port": 9101, "grpc_port": 8787}},
+     "sidecar 'prompt': grpc_port 8787 is the voice server's port too"),
+])
+def test_no_port_is_taken_twice(config, message):
+    """A sidecar on the server's port, or two on one, are told apart before anything binds
+    (the bind error came after the models loaded, with the server's "--port" hint)."""
+    with pytest.raises(ConfigError, match=message):
+        check_sidecars(config, SETTINGS)
+
+
+def test_ports_on_other_addresses_or_left_free_do_not_clash():
+    config = {"broker": {"host": "10.1.2.3", "port": 8787}, "host": {"port": 0},
+              "prompt": {"port": 0, "grpc_port": 0}}
+    assert set(check_sidecars(config, SETTINGS)) == {"broker", "host", "prompt"}
+
+
+@pytest.mark.parametrize("sidecars", ['{"callr": {}}', '{"caller": {"port": 0}}',
+                                      '{"broker": {"prot": 1}}'])
+def test_serve_refuses_bad_sidecars_before_loading_models(sidecars, capsys, monkeypatch):
+    """One line and exit 2, and the server (whose models take seconds to load) never starts."""
+    import voice_server.server.app as app
+    from voice_server.cli import main
+
+    started = []
+    monkeypatch.setattr(app, "run_forever", lambda settings: started.append(settings))
+    assert main(["serve", "--port", "0", "--sidecars", sidecars]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("voice-server: configuration error: ") and "sidecar" in err, err
+    assert len(err.splitlines()) == 1 and not started
 
 
 async def test_launch_caller_and_prompt_on_the_servers_model(fake_openai, tmp_path):

@@ -21,33 +21,67 @@ from ..llm import LLMRouter
 from ..serving import os_error_text
 from .kit import validation_text
 
-__all__ = ["launch_sidecars"]
+__all__ = ["check_sidecars", "launch_sidecars"]
 
-# One line per sidecar adapter that can run beside the voice server.
-_RUNNERS: dict[str, str] = {
-    "broker": "voice_server.adapters.broker.sidecar",
-    "host": "voice_server.adapters.host.sidecar",
-    "caller": "voice_server.adapters.caller.sidecar",
-    "prompt": "voice_server.adapters.prompt.sidecar",
+# One line per sidecar adapter that can run beside the voice server: its module and the
+# pydantic model of its options
+_RUNNERS: dict[str, tuple[str, str]] = {
+    "broker": ("voice_server.adapters.broker.sidecar", "BrokerSidecarConfig"),
+    "host": ("voice_server.adapters.host.sidecar", "HostSidecarConfig"),
+    "caller": ("voice_server.adapters.caller.sidecar", "CallerSidecarConfig"),
+    "prompt": ("voice_server.adapters.prompt.sidecar", "PromptSidecarConfig"),
 }
+_PORT_FIELDS = ("port", "http_port", "grpc_port")
+_ANY_ADDRESS = {"", "0.0.0.0", "::"}
+
+
+def check_sidecars(config: Mapping[str, Mapping[str, Any]] | None,
+                   settings: Settings) -> dict[str, Any]:
+    """The sidecars' options, validated before anything loads (``voice-server serve`` calls
+    this before its models, which take seconds): known names, each one's options, and no port
+    taken twice, the voice server's own included. Returns each sidecar's options model."""
+    config = dict(config or {})
+    unknown = sorted(set(config) - set(_RUNNERS))
+    if unknown:
+        raise ConfigError(f"unknown sidecars {unknown}; known: {sorted(_RUNNERS)}")
+    checked: dict[str, Any] = {}
+    for name, options in config.items():
+        module, model = _RUNNERS[name]
+        try:
+            checked[name] = getattr(importlib.import_module(module), model).model_validate(
+                options or {})
+        except ValidationError as exc:
+            raise ConfigError(f"sidecar {name!r}: {validation_text(exc)}") from exc
+    taken = [(settings.host, port, f"the voice server's {field}")
+             for field, port in (("port", settings.port), ("phone_port", settings.phone_port))
+             if port]
+    for name, options in checked.items():
+        for field in _PORT_FIELDS:
+            port = getattr(options, field, None)
+            if not port:  # None: not served; 0: a free one
+                continue
+            for host, other, owner in taken:
+                if port == other and (host == options.host
+                                      or {host, options.host} & _ANY_ADDRESS):
+                    raise ConfigError(f"sidecar {name!r}: {field} {port} is {owner} too; "
+                                      "give it another")
+            taken.append((options.host, port, f"sidecar {name!r}'s {field}"))
+    return checked
 
 
 @contextlib.asynccontextmanager
 async def launch_sidecars(router: LLMRouter, config: Mapping[str, Mapping[str, Any]] | None,
                           settings: Settings) -> AsyncIterator[dict[str, dict[str, str]]]:
     """Run the configured sidecars until the block exits; yields their addresses by name."""
-    config = dict(config or {})
-    unknown = sorted(set(config) - set(_RUNNERS))
-    if unknown:
-        raise ConfigError(f"unknown sidecars {unknown}; known: {sorted(_RUNNERS)}")
+    checked = check_sidecars(config, settings)
     async with contextlib.AsyncExitStack() as stack:
         ready: dict[str, dict[str, str]] = {}
-        for name, options in config.items():
-            runner = importlib.import_module(_RUNNERS[name]).run_sidecar
+        for name, options in checked.items():
+            runner = importlib.import_module(_RUNNERS[name][0]).run_sidecar
             try:
-                context = runner(router, options or {}, settings)
+                context = runner(router, options, settings)
                 ready[name] = await stack.enter_async_context(context)
-            except ValidationError as exc:
+            except ValidationError as exc:  # a file it reads (a registry, a catalog)
                 raise ConfigError(f"sidecar {name!r}: {validation_text(exc)}") from exc
             except ConfigError as exc:
                 raise ConfigError(f"sidecar {name!r}: {exc}") from exc

@@ -9,6 +9,7 @@ holding an API key). A test keeps it so (tests/unit/test_environment_reads.py).
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import json
 import os
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, NoDecode, SettingsConfigDict
 
 __all__ = [
@@ -443,9 +444,35 @@ def load_settings(config_file: str | Path | None = None, **flags: Any) -> Settin
 
     try:
         layered = _Layered(**flags)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
+    except ValidationError as exc:
+        raise ConfigError(_settings_error(exc, flags, file_values, config_file)) from None
     return Settings.model_construct(**layered.model_dump())
+
+
+def validation_text(exc: ValidationError) -> str:
+    """The first problem of a validation error as one line: ``where: what``."""
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"])
+    what = err["msg"].removeprefix("Value error, ")  # a validator's own ValueError
+    return f"{where}: {what}" if where else what
+
+
+def _settings_error(exc: ValidationError, flags: dict[str, Any], file_values: dict[str, Any],
+                    config_file: str | Path | None) -> str:
+    """The first problem as one line naming where the value came from: the flag, the
+    ``VOICE_SERVER_*`` variable or the config file (pydantic's own text named our internal
+    class and took four lines)."""
+    err = exc.errors()[0]
+    name = str(err["loc"][0]) if err["loc"] else ""
+    if err["type"] == "extra_forbidden":
+        near = difflib.get_close_matches(name, Settings.model_fields, n=1)
+        return f"unknown setting {name!r}" + (f" in {config_file}" if config_file else "") + \
+            (f" (did you mean {near[0]!r}?)" if near else "")
+    variable = f"VOICE_SERVER_{name.upper()}"
+    source = (f"--{name.replace('_', '-')}" if name in flags
+              else variable if os.environ.get(variable) is not None
+              else str(config_file) if name in file_values else "")
+    return validation_text(exc) + (f" (from {source})" if source else "")
 
 
 # ---- the process environment (besides Settings' VOICE_SERVER_* variables) -------------------

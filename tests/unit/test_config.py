@@ -54,6 +54,26 @@ def test_invalid_values_are_config_errors(kwargs):
         load_settings(**kwargs)
 
 
+def test_a_bad_value_is_one_line_naming_where_it_came_from(tmp_path, monkeypatch):
+    """The flag, the variable or the file that gave it (pydantic's own text named our
+    internal class and took four lines); a misspelt key in the file gets a suggestion."""
+    def message(*args, **kwargs) -> str:
+        with pytest.raises(ConfigError) as caught:
+            load_settings(*args, **kwargs)
+        assert "\n" not in str(caught.value) and "_Layered" not in str(caught.value)
+        return str(caught.value)
+
+    assert message(llm_profile="huge") == \
+        "llm_profile: Input should be 'tiny', 'small' or 'medium' (from --llm-profile)"
+    cfg = tmp_path / "voice.yaml"
+    cfg.write_text("port: abc\n")
+    assert message(cfg).startswith("port: ") and message(cfg).endswith(f"(from {cfg})")
+    cfg.write_text("sidcars: {}\n")
+    assert message(cfg) == f"unknown setting 'sidcars' in {cfg} (did you mean 'sidecars'?)"
+    monkeypatch.setenv("VOICE_SERVER_PORT", "xyz")
+    assert message().endswith("(from VOICE_SERVER_PORT)")
+
+
 def test_bad_config_file_is_a_clear_error(tmp_path):
     """A broken or non-mapping file says which file and why."""
     bad = tmp_path / "bad.yaml"

@@ -32,7 +32,7 @@ from typing import Any, Self, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..config import ConfigError, Settings
+from ..config import ConfigError, Settings, validation_text
 from ..llm import LLMError, LLMRouter
 from ..serving import Site, os_error_text
 from ..settings_flags import add_settings_flags, settings_from_args
@@ -145,13 +145,6 @@ def serve_sidecar(run_sidecar: SidecarRunner, settings: Settings, config: Any, *
         return 0
 
     return run_async(main, settings.log_level, prog=prog, failures=failures)
-
-
-def validation_text(exc: ValidationError) -> str:
-    """The first problem of a validation error as one line: ``where: what``."""
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"])
-    return f"{where}: {err['msg']}" if where else err["msg"]
 
 
 def sidecar_config(model: type[_Options], **values: Any) -> _Options:

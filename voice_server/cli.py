@@ -1,7 +1,8 @@
-"""The ``voice-server`` command: ``serve`` plus one subcommand group per feature module.
+"""A self-hosted real-time voice agent (``serve``), with its LLM sidecars and tools.
 
-Each feature module exposes ``register(subparsers)`` that adds its subcommands and sets
-``func`` (a callable taking the parsed ``argparse.Namespace`` and returning an exit code).
+``serve`` plus one subcommand group per feature module: each exposes ``register(subparsers)``,
+which adds its subcommands and sets ``func`` (a callable taking the parsed
+``argparse.Namespace`` and returning an exit code).
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ _LISTEN_HINTS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="voice-server", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="voice-server",
+                                     description=__doc__.splitlines()[0].replace("``", ""))
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the voice server (WebSocket + WebRTC + HTTP)",
                            description="Run the voice server. Every option can also come from "

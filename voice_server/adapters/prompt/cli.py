@@ -68,7 +68,7 @@ def _add_service_flags(parser: argparse.ArgumentParser, *, config: bool = True) 
 def register(subparsers: Any) -> None:
     """Add the ``prompt`` command group to the top-level ``voice-server`` parser."""
     prompt = subparsers.add_parser("prompt", help="run prompts through configured tools",
-                                   description=__doc__.splitlines()[0])
+                                   description=__doc__.splitlines()[0].replace("``", ""))
     sub = prompt.add_subparsers(dest="prompt_command", required=True)
 
     run = sub.add_parser("run", help="run one prompt through a tool and print the answer")

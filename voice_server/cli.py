@@ -14,6 +14,7 @@ import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from .config import ConfigError
 from .settings_flags import add_settings_flags, settings_from_args
@@ -69,8 +70,16 @@ _LISTEN_HINTS = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """A usage error is two lines: what is wrong, and where help is (argparse printed the
+    whole usage first: ~80 lines of flags for ``serve``). Subcommands inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n{self.prog}: see {self.prog} --help\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="voice-server",
+    parser = _Parser(prog="voice-server",
                                      description=__doc__.splitlines()[0].replace("``", ""))
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the voice server (WebSocket + WebRTC + HTTP)",

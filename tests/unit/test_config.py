@@ -87,6 +87,18 @@ def test_bad_config_file_is_a_clear_error(tmp_path):
         load_settings(tmp_path / "missing.yaml")
 
 
+def test_a_usage_error_is_two_lines(capsys):
+    """What is wrong and where help is; not the ~80 lines of ``serve``'s usage first."""
+    from voice_server.cli import main
+
+    with pytest.raises(SystemExit) as caught:
+        main(["serve", "--port", "abc"])
+    assert caught.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "voice-server serve: error: argument --port: invalid int value: 'abc'",
+        "voice-server serve: see voice-server serve --help"]
+
+
 def test_serve_help_documents_every_option():
     """`voice-server serve --help` lists one flag per setting."""
     out = subprocess.run([sys.executable, "-m", "voice_server.cli", "serve", "--help"],

@@ -24,9 +24,30 @@ import mmap
 import os
 import tempfile
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["ComputePool", "SharedLoad"]
+__all__ = ["ComputePool", "SharedLoad", "usable_cpus"]
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity (taskset, cpusets) and a cgroup v2 CPU
+    quota (``docker run --cpus=1`` and systemd's CPUQuota leave the affinity at every CPU of
+    the host)."""
+    count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        (os.cpu_count() or 1)
+    try:
+        own = Path("/proc/self/cgroup").read_text().strip().partition("::")[2]
+    except OSError:
+        own = ""
+    for folder in {Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup", own.lstrip("/"))}:
+        try:
+            quota, period = (folder / "cpu.max").read_text().split()[:2]
+            if quota != "max":
+                count = min(count, -(-int(quota) // int(period)))
+        except (OSError, ValueError):
+            continue
+    return max(1, count)
 
 T = TypeVar("T")
 

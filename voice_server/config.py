@@ -21,6 +21,8 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, NoDecode, SettingsConfigDict
 
+from .compute import usable_cpus
+
 __all__ = [
     "ConfigError",
     "Settings",
@@ -29,6 +31,7 @@ __all__ = [
     "env_value",
     "load_settings",
     "read_config_file",
+    "validation_text",
 ]
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -38,26 +41,6 @@ DEFAULT_SYSTEM_PROMPT = (
 
 DEFAULT_FALLBACK = "Sorry, I missed that. Could you say it again?"  # said for an empty answer
 DEFAULT_APOLOGY = "Sorry, I can't answer right now. Please try again in a moment."  # LLM failed
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on: its affinity (taskset, cpusets) and a cgroup v2 CPU
-    quota (``docker run --cpus=1`` and systemd's CPUQuota leave the affinity at every CPU of
-    the host)."""
-    count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
-        (os.cpu_count() or 1)
-    try:
-        own = Path("/proc/self/cgroup").read_text().strip().partition("::")[2]
-    except OSError:
-        own = ""
-    for folder in {Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup", own.lstrip("/"))}:
-        try:
-            quota, period = (folder / "cpu.max").read_text().split()[:2]
-            if quota != "max":
-                count = min(count, -(-int(quota) // int(period)))
-        except (OSError, ValueError):
-            continue
-    return max(1, count)
 
 
 class ConfigError(Exception):

@@ -19,7 +19,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import Settings, usable_cpus
+from .compute import usable_cpus
+from .config import Settings
 from .llm.llama_cpu import PORTABLE, build_record, choose_build, cpu_flags, variants
 from .settings_flags import add_settings_flags, settings_from_args
 

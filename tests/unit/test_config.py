@@ -122,7 +122,8 @@ def test_threads_fit_a_machine_with_one_cpu():
     """Two threads on one CPU (a small VPS, ``docker run --cpus=1``, taskset) made every stage
     slower: the thread defaults take the CPUs this process may use, at most 2; a value given
     wins."""
-    probe = ("from voice_server.config import load_settings, usable_cpus; s = load_settings(); "
+    probe = ("from voice_server.compute import usable_cpus; "
+             "from voice_server.config import load_settings; s = load_settings(); "
              "print(usable_cpus(), s.llm_threads, s.stt_threads, s.compute_workers)")
 
     def figures(*prefix: str, env: dict | None = None) -> list[int]:

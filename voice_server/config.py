@@ -13,6 +13,7 @@ import difflib
 import ipaddress
 import json
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -429,6 +430,10 @@ def load_settings(config_file: str | Path | None = None, **flags: Any) -> Settin
         layered = _Layered(**flags)
     except ValidationError as exc:
         raise ConfigError(_settings_error(exc, flags, file_values, config_file)) from None
+    except ValueError as exc:  # a VOICE_SERVER_* variable pydantic-settings cannot parse
+        field = re.search(r'field "(\w+)"', str(exc))
+        where = f"VOICE_SERVER_{field[1].upper()}" if field else str(exc)
+        raise ConfigError(f"{where}: {exc.__cause__ or exc}") from None
     return Settings.model_construct(**layered.model_dump())
 
 

@@ -72,6 +72,9 @@ def test_a_bad_value_is_one_line_naming_where_it_came_from(tmp_path, monkeypatch
     assert message(cfg) == f"unknown setting 'sidcars' in {cfg} (did you mean 'sidecars'?)"
     monkeypatch.setenv("VOICE_SERVER_PORT", "xyz")
     assert message().endswith("(from VOICE_SERVER_PORT)")
+    monkeypatch.delenv("VOICE_SERVER_PORT")
+    monkeypatch.setenv("VOICE_SERVER_SIDECARS", "{bad")  # JSON the settings library parses
+    assert message().startswith("VOICE_SERVER_SIDECARS: Expecting property name")
 
 
 def test_bad_config_file_is_a_clear_error(tmp_path):

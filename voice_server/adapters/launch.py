@@ -56,16 +56,17 @@ def check_sidecars(config: Mapping[str, Mapping[str, Any]] | None,
              for field, port in (("port", settings.port), ("phone_port", settings.phone_port))
              if port]
     for name, options in checked.items():
+        values = options.model_dump()
         for field in _PORT_FIELDS:
-            port = getattr(options, field, None)
-            if not port:  # None: not served; 0: a free one
+            port = values.get(field)
+            if not port:  # absent or None: not served; 0: a free one
                 continue
             for host, other, owner in taken:
-                if port == other and (host == options.host
-                                      or {host, options.host} & _ANY_ADDRESS):
+                if port == other and (host == values["host"]
+                                      or {host, values["host"]} & _ANY_ADDRESS):
                     raise ConfigError(f"sidecar {name!r}: {field} {port} is {owner} too; "
                                       "give it another")
-            taken.append((options.host, port, f"sidecar {name!r}'s {field}"))
+            taken.append((values["host"], port, f"sidecar {name!r}'s {field}"))
     return checked
 
 

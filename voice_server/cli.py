@@ -36,7 +36,7 @@ def _serve(args: argparse.Namespace) -> int:
     from .pipeline.stt import STTError
     from .pipeline.tts import TTSError
     from .server.app import run_forever
-    from .serving import os_error_text
+    from .serving import check_listen, os_error_text
 
     settings = settings_from_args(args)
     if settings.sidecars:  # a mistake in them is said before the models load, not after
@@ -46,6 +46,8 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
+        for port in (settings.port, settings.phone_port):  # said before the models load
+            check_listen(settings.host, port or 0)
         asyncio.run(run_forever(settings))
     except KeyboardInterrupt:
         pass

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
 from typing import Any
 
 from aiohttp import web
 
-__all__ = ["Site", "os_error_text", "peer_address"]
+__all__ = ["Site", "check_listen", "os_error_text", "peer_address"]
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,25 @@ def os_error_text(exc: OSError) -> str:
     address ('127.0.0.1', 8787): address already in use" without the "[errno 98] " that Python
     3.13 puts in it, and without the "[Errno 98] " prefix of ``str(exc)``."""
     return re.sub(r"\[errno \d+\] ", "", exc.strerror or str(exc), flags=re.IGNORECASE)
+
+
+def check_listen(host: str | None, port: int) -> None:
+    """Raise now the ``OSError`` listening on ``host``:``port`` would raise (in use, below 1024
+    without privileges, not this machine's address), worded as asyncio words it: ``serve``
+    asks before its models load, which takes seconds. Port 0 is always free. A port taken in
+    between is still caught when the server listens."""
+    if not port:
+        return
+    for family, kind, proto, _name, address in socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE):
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp listens
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                raise OSError(exc.errno, "error while attempting to bind on address "
+                                         f"{address[:2]!r}: {(exc.strerror or '').lower()}"
+                              ) from None
 
 
 def peer_address(request: web.Request) -> Any:

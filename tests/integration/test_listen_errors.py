@@ -32,6 +32,22 @@ def test_a_port_in_use_is_a_clear_error() -> None:
     assert "choose another port with --port" in proc.stderr
 
 
+def test_a_port_in_use_is_said_before_the_models_load(monkeypatch, capsys) -> None:
+    """``serve`` asks the port before loading its models (seconds): the server never starts."""
+    import voice_server.server.app as app
+    from voice_server.cli import main
+
+    started = []
+    monkeypatch.setattr(app, "run_forever", lambda settings: started.append(settings))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--port", str(port)]) == 1
+    err = capsys.readouterr().err
+    assert f"('127.0.0.1', {port}): address already in use\n" in err and not started
+
+
 def test_a_sidecar_port_in_use_is_one_line() -> None:
     """The stream sidecars (here the broker) say it in one line too, without the "[Errno 98]"
     of ``str(OSError)`` (and the "[errno 98]" Python 3.13 puts inside asyncio's message)."""

@@ -16,6 +16,7 @@ __all__ = [
     "ChatRequest",
     "ChatResult",
     "LLMProvider",
+    "LoadsModel",
     "StreamEvent",
     "ToolCall",
     "Usage",
@@ -99,6 +100,14 @@ class LLMProvider(Protocol):
     async def health(self) -> dict[str, Any]: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class LoadsModel(Protocol):
+    """A provider that runs its model here (the embedded one): ``load`` starts it now instead
+    of on the first request. A remote endpoint has nothing to load."""
+
+    async def load(self) -> None: ...
 
 
 def tool_arguments(call: ToolCall) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from ..compute import ComputePool
 from ..config import Settings
 from ..llm import ChatRequest, LLMError
 from ..llm.registry import build_router
+from ..llm.types import LoadsModel
 from ..metrics import Metrics, TurnRecord, session_tag
 from ..pipeline.answer_guard import AnswerGuard
 from ..pipeline.chunker import SentenceChunker
@@ -251,9 +252,8 @@ class VoiceServer:
         cache then holds that prompt, which every turn starts with (the first answer is ~150 ms
         sooner). A remote endpoint is not called at start."""
         provider = self.router.default_provider
-        load = getattr(provider, "load", None)
-        if load is not None:
-            await load()
+        if isinstance(provider, LoadsModel):
+            await provider.load()
             warm = ChatRequest(messages=[{"role": "system", "content": self.settings.system_prompt},
                                          {"role": "user", "content": "Hello."}], max_tokens=1)
             try:

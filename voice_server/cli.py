@@ -47,7 +47,7 @@ def _serve(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         for port in (settings.port, settings.phone_port):  # said before the models load
-            check_listen(settings.host, port or 0)
+            check_listen(settings.host, port)
         asyncio.run(run_forever(settings))
     except KeyboardInterrupt:
         pass
@@ -81,8 +81,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="voice-server",
-                                     description=__doc__.splitlines()[0].replace("``", ""))
+    parser = _Parser(prog="voice-server", description=__doc__.splitlines()[0].replace("``", ""))
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the voice server (WebSocket + WebRTC + HTTP)",
                            description="Run the voice server. Every option can also come from "

@@ -30,11 +30,11 @@ def os_error_text(exc: OSError) -> str:
     return re.sub(r"\[errno \d+\] ", "", exc.strerror or str(exc), flags=re.IGNORECASE)
 
 
-def check_listen(host: str | None, port: int) -> None:
+def check_listen(host: str | None, port: int | None) -> None:
     """Raise now the ``OSError`` listening on ``host``:``port`` would raise (in use, below 1024
     without privileges, not this machine's address), worded as asyncio words it: ``serve``
-    asks before its models load, which takes seconds. Port 0 is always free. A port taken in
-    between is still caught when the server listens."""
+    asks before its models load, which takes seconds. Port 0 (or None: not served) is always
+    free. A port taken in between is still caught when the server listens."""
     if not port:
         return
     for family, kind, proto, _name, address in socket.getaddrinfo(

@@ -122,8 +122,6 @@ def _says_again(said: str, again: str, least: int) -> bool:
                                       for i in range(len(head) - len(tail) + 1))
 
 
-
-
 def _cut_repeated_sentences(text: str) -> str:
     sentences = SENTENCE_BREAK.split(text.strip())
     words = [_RESTART_WORD.findall(sentence.lower()) for sentence in sentences]

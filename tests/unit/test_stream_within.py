@@ -25,7 +25,7 @@ async def test_a_slow_answer_is_an_llm_timeout_and_the_stream_is_closed():
     provider = ProgrammableProvider()
     provider.chunk_gate = asyncio.Event()  # never set: the second word never comes
     router = LLMRouter({"p": provider}, default="p")
-    with pytest.raises(LLMTimeout, match="did not finish in time"):
+    with pytest.raises(LLMTimeout, match="did not finish in"):
         async for _ in stream_within(router, REQUEST, 0.2):
             pass
     assert provider.cancelled.is_set()

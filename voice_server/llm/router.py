@@ -108,7 +108,7 @@ async def stream_within(router: LLMRouter, request: ChatRequest,
             except StopAsyncIteration:
                 return
             except TimeoutError:
-                raise LLMTimeout("the LLM did not finish in time") from None
+                raise LLMTimeout(f"the LLM did not finish in {timeout_s:g} s") from None
             yield event
     finally:
         await stream.aclose()

@@ -223,9 +223,6 @@ class Turn:
             await self._output.drain()
             if rec.first_audio is not None:
                 await self._emit(TTSComplete())
-        except LLMError as exc:
-            await self._close_answer()
-            await self._llm_failed(exc)
         except TTSError as exc:
             rec.error = "TTS_ERROR"
             await self._close_answer()
@@ -267,6 +264,7 @@ class Turn:
 
         rec.llm_requested = time.monotonic()
         stream = self._responder.respond(self.ctx)
+        failure: LLMError | None = None  # the LLM failed mid-answer
         try:
             async for delta in stream:
                 if rec.llm_first_token is None:
@@ -284,21 +282,24 @@ class Turn:
                     # token hand-off is bounded).
                     await self._first_synthesized.wait()
         except LLMError as exc:
-            if self._text:  # mid-answer: what was said stands, the turn ends with the error
-                raise
-            # before the first word: say why there is no answer rather than leave silence
-            await self._llm_failed(exc)
-            await take(guard.admit(guard.apology))
+            if self._text:
+                # mid-answer: the whole pieces already given to speech are still spoken and
+                # the turn closes with tts-complete as any other; the words after the last
+                # whole piece (cut off mid-sentence) are shown, not spoken
+                failure = exc
+            else:  # before the first word: say why there is no answer rather than be silent
+                await self._llm_failed(exc)
+                await take(guard.admit(guard.apology))
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
         rec.llm_done = time.monotonic()
-        if (fallback := guard.fallback()) is not None:
+        if failure is None and (fallback := guard.fallback()) is not None:
             log.info("empty answer in session %s: saying the fallback",
                      session_tag(rec.session_id))
             await take(fallback)
         if guard.stopped == "loop":  # the repeat is neither spoken nor kept
             self._text = [guard.kept]
-        elif (rest := chunker.flush()) is not None:
+        elif failure is None and (rest := chunker.flush()) is not None:
             if rec.first_chunk is None:
                 rec.first_chunk = time.monotonic()
             sentences.put_nowait(rest)
@@ -307,12 +308,16 @@ class Turn:
         self._streamed = True
         await self._emit(LLMResult(text="".join(self._text)))
         self._answered = True
-        if self.ctx.usage is not None:
+        if failure is not None:
+            await self._llm_failed(failure)
+        elif self.ctx.usage is not None:
             await self._emit(UsageReport(input_tokens=self.ctx.usage.input_tokens,
                                          output_tokens=self.ctx.usage.output_tokens))
 
     async def _llm_failed(self, exc: LLMError) -> None:
         self.record.error = "LLM_TIMEOUT" if isinstance(exc, LLMTimeout) else "LLM_ERROR"
+        log.warning("%s in session %s: %s", self.record.error, session_tag(self.record.session_id),
+                    exc)
         await self._emit(Error(code=ErrorCode(self.record.error), message=str(exc)))
 
     async def _close_answer(self) -> None:

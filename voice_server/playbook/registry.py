@@ -96,6 +96,15 @@ class PlaybookRegistry:
     def ids(self) -> list[str]:
         return sorted(self._entries)
 
+    def why_absent(self, playbook_id: str) -> str | None:
+        """Why ``playbook_id`` is not served, for a setting that names it (None: it is)."""
+        if playbook_id in self._entries:
+            return None
+        served = ", ".join(self.ids()) or "none"
+        invalid = ", ".join(sorted(Path(file).name for file in self.errors))
+        return (f"no playbook {playbook_id!r} in {self.folder} (served: {served}"
+                + (f"; invalid, not served: {invalid}" if invalid else "") + ")")
+
     def list(self) -> list[dict[str, Any]]:
         """``[{id, description, stages, initial_stage, file}]`` sorted by id, JSON-ready."""
         return [{"id": pid, "description": e.playbook.description,
@@ -109,6 +118,10 @@ class PlaybookRegistry:
         if report.changed:
             self.version += 1
             self.changed.set()
+        if report.loaded or report.removed:
+            log.info("playbooks in %s: %s", self.folder, ", ".join(
+                [*(f"{pid} loaded" for pid in report.loaded),
+                 *(f"{pid} removed" for pid in report.removed)]))
         for file, issues in report.failed.items():
             log.warning("playbook %s is invalid; the previous version (if any) keeps serving:"
                         "\n%s", file, "\n".join(str(i) for i in issues))

@@ -22,7 +22,7 @@ from aiohttp import web
 
 from .. import __version__
 from ..compute import ComputePool
-from ..config import Settings
+from ..config import ConfigError, Settings
 from ..llm import ChatRequest, LLMError
 from ..llm.registry import build_router
 from ..llm.types import LoadsModel
@@ -94,8 +94,10 @@ class VoiceServer:
             self.router, system_prompt=settings.system_prompt, model=settings.llm_model,
             temperature=settings.llm_temperature, max_tokens=settings.llm_max_tokens,
             history=self.history_window, timeout_s=settings.llm_timeout_s)
-        folder = Path(settings.playbooks_dir) if settings.playbooks_dir else PLAYBOOKS_DIR
-        self.playbooks = PlaybookRegistry(folder) if folder.is_dir() else None
+        self.playbooks_folder = (Path(settings.playbooks_dir) if settings.playbooks_dir
+                                 else PLAYBOOKS_DIR)
+        self.playbooks = (PlaybookRegistry(self.playbooks_folder)
+                          if self.playbooks_folder.is_dir() else None)
         self._playbook_responders: dict[tuple[str, int], PlaybookResponder] = {}
         self.sidecars: dict[str, dict[str, str]] = {}
         self.phone: Any = None  # PhoneEndpoint when phone calls are on
@@ -124,6 +126,7 @@ class VoiceServer:
             await self.playbooks.__aenter__()
             if self.playbooks.errors:
                 log.warning("invalid playbooks (not served): %s", sorted(self.playbooks.errors))
+        self._check_named_playbooks()
         if self.settings.preload_models:
             await self.load_models()
         if self.settings.sidecars:
@@ -320,6 +323,18 @@ class VoiceServer:
             servers.append(turn_credentials(s.turn_secret, s.turn_urls, session_tag(session_id),
                                             s.turn_ttl_s))
         return servers
+
+    def _check_named_playbooks(self) -> None:
+        """A playbook the settings name must be served, or every connection (every call)
+        would get PLAYBOOK_ERROR: said at start, before the models load."""
+        for option, wanted in (("default_playbook", self.settings.default_playbook),
+                               ("phone_playbook", self.settings.phone_playbook)):
+            if wanted is None:
+                continue
+            why = (f"no playbooks folder {self.playbooks_folder}" if self.playbooks is None
+                   else self.playbooks.why_absent(wanted))
+            if why is not None:
+                raise ConfigError(f"{option} {wanted!r}: {why}")
 
     def playbook_known(self, playbook_id: str) -> bool:
         return self.playbooks is not None and playbook_id in self.playbooks

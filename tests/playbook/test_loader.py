@@ -112,6 +112,31 @@ CASES = [
     ("handler of no kind", GOOD.replace('{python: "json:dumps"}', "{shell: ls}"),
      ["pb.yaml:11:14: tools.lookup.handler: expected `python: module:function` or "
       "`http: {url: ...}`"]),
+    ("placeholder root misspelt", GOOD.replace("when: {tool_called: lookup}",
+                                               "when: {tool_called: lookup}, set: {x: "
+                                               "\"${reslt.id}\"}"),
+     ["pb.yaml:7:66: transitions[0].set.x: '${reslt.id}': unknown placeholder 'reslt' "
+      "(expected ${result.KEY}, the tool's result, or ${args.NAME}, its arguments)"]),
+    ("placeholder argument misspelt", GOOD.replace("when: {tool_called: lookup}",
+                                                   "when: {tool_called: lookup}, set: {x: "
+                                                   "\"${args.query}\"}"),
+     ["pb.yaml:7:66: transitions[0].set.x: '${args.query}': lookup has no argument 'query' "
+      "(its arguments: q)"]),
+    ("placeholder inside text", GOOD.replace("when: {tool_called: lookup}",
+                                             "when: {tool_called: lookup}, set: {x: "
+                                             "\"id ${result.id}\"}"),
+     ["pb.yaml:7:66: transitions[0].set.x: 'id ${result.id}': a placeholder is the whole "
+      "value, as \"${result.KEY}\" or \"${args.NAME}\" (no text around it)"]),
+    ("placeholder without a tool", GOOD.replace("when: {tool_called: lookup}",
+                                                "when: {keyword: [done]}, set: {x: "
+                                                "\"${args.q}\"}"),
+     ["pb.yaml:7:62: transitions[0].set.x: '${args.q}': placeholders take a tool's values: use "
+      "them in a transition `when: tool_called` or `tool_result`"]),
+    ("placeholder on entering a stage", GOOD.replace("  end: {}",
+                                                     "  end: {on_enter: {set: {x: "
+                                                     "\"${result.id}\"}}}"),
+     ["pb.yaml:5:26: stages.end.on_enter.set.x: placeholders take a tool's values: use them in "
+      "the `set` of a transition `when: tool_called` or `tool_result`"]),
     ("not a mapping", "- just\n- a list\n",
      ["pb.yaml:1:1: expected a mapping with id, initial_stage, stages, transitions and tools"]),
 ]
@@ -194,3 +219,18 @@ def test_lint_warnings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert main(["playbook", "validate", str(file)]) == 0
     assert capsys.readouterr().out.splitlines()[1:] == [f"  warning: {w}" for w in expected]
     assert main(["playbook", "validate", "--strict", str(file)]) == 1
+    assert capsys.readouterr().out.startswith(f"{file}: fails --strict (id demo; ")
+
+
+def test_cli_validate_ids_unique_in_a_folder(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Two files of one folder with one id: the second is invalid, as the server refuses it
+    (a newcomer's copy of a playbook passed `validate` and was then not served)."""
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first.write_text(GOOD)
+    second.write_text(GOOD)
+    assert main(["playbook", "validate", str(first), str(second)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out.startswith(f"{first}: ok (id demo; ")
+    assert captured.err == (f"{second}: invalid (1 problem)\n  {second}:1:1: id: playbook id "
+                            "'demo' is already used by a.yaml\n")

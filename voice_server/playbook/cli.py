@@ -12,13 +12,14 @@ import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any, TextIO
 
 from ..llm import LLMError, LLMRouter
 from ..pipeline.turn import DEFAULT_WINDOW, HistoryWindow, TurnContext
 from ..protocol import Message, StageChange, ToolCallEnd, ToolCallStart
 from ..settings_flags import add_settings_flags, settings_from_args
-from .errors import PlaybookLoadError
+from .errors import Issue, PlaybookLoadError
 from .lint import lint
 from .loader import load_playbook
 from .responder import PlaybookResponder
@@ -47,9 +48,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _validate(args: argparse.Namespace) -> int:
     failed = 0
+    owners: dict[tuple[Path, str], str] = {}  # (folder, id) -> file: ids are unique in a folder
     for file in args.files:
         try:
             pb = load_playbook(file, check_handlers=not args.no_import)
+            owner = owners.setdefault((Path(file).resolve().parent, pb.id), file)
+            if owner != file:
+                raise PlaybookLoadError([Issue(file, 1, 1, "id", f"playbook id {pb.id!r} is "
+                                               f"already used by {Path(owner).name}")])
         except PlaybookLoadError as exc:
             failed += 1
             print(f"{file}: invalid ({len(exc.issues)} problem"
@@ -58,7 +64,8 @@ def _validate(args: argparse.Namespace) -> int:
                 print(f"  {issue}", file=sys.stderr)
             continue
         warnings = lint(pb)
-        print(f"{file}: ok (id {pb.id}; {len(pb.stages)} stages, {len(pb.transitions)} "
+        verdict = "fails --strict" if warnings and args.strict else "ok"
+        print(f"{file}: {verdict} (id {pb.id}; {len(pb.stages)} stages, {len(pb.transitions)} "
               f"transitions, {len(pb.tools)} tools)")
         for warning in warnings:
             print(f"  warning: {warning}")

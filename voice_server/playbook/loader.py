@@ -7,6 +7,7 @@ stages and tools, invalid JSON Schemas for tool arguments, and handlers that can
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -221,6 +222,12 @@ def _cross_check(pb: Playbook, pos: _Positions, base_dir: Path | None) -> list[I
                                         f"stage's tools ({', '.join(pb.stage_tools(sname))})"))
         if stage.collect is not None:
             issues.extend(_check_collect(pb, pos, sname, stage.collect))
+        for key, value in (stage.on_enter.set if stage.on_enter else {}).items():
+            if isinstance(value, str) and "${" in value:
+                issues.append(pos.issue(("stages", sname, "on_enter", "set", key),
+                                        "placeholders take a tool's values: use them in the "
+                                        "`set` of a transition `when: tool_called` or "
+                                        "`tool_result`", key=True))
     for i, tr in enumerate(pb.transitions):
         loc: Path_ = ("transitions", i)
         if isinstance(tr.from_, str):
@@ -234,6 +241,8 @@ def _cross_check(pb: Playbook, pos: _Positions, base_dir: Path | None) -> list[I
             issues.append(pos.issue(loc, "a transition needs `to` or an action (say, set, "
                                     "clear_history)"))
         cond, kind = tr.when, tr.when.kind
+        if tr.set:
+            issues.extend(_check_placeholders(pb, pos, loc, tr))
         if kind == "tool_called":
             need_tool(cond.tool_called, (*loc, "when", "tool_called"))
         elif kind == "tool_result":
@@ -287,4 +296,41 @@ def _check_collect(pb: Playbook, pos: _Positions, sname: str, collect: Collect) 
         issues.extend(pos.issue((*loc, "examples", i, "facts", name),
                                 f"{collect.tool} has no argument {name!r}", key=True)
                       for name in example.facts if name not in params)
+    return issues
+
+
+_PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")
+
+
+def _check_placeholders(pb: Playbook, pos: _Positions, loc: Path_, tr: Any) -> list[Issue]:
+    """A transition's ``set`` value ``"${result.KEY}"`` / ``"${args.NAME}"`` is the whole
+    string (engine._resolve), in a transition on a tool call, and names one of its arguments
+    (when its schema lists them); a typo there stored null without a word (a newcomer's
+    ``${reslt.order_id}``)."""
+    issues = []
+    tool = (tr.when.tool_called if tr.when.kind == "tool_called" else
+            tr.when.tool_result.tool if tr.when.kind == "tool_result" else None)
+    params = sorted((pb.tools[tool].parameters.get("properties") or {})
+                    if tool in pb.tools else {})
+    for key, value in tr.set.items():
+        if not isinstance(value, str) or "${" not in value:
+            continue
+        where = (*loc, "set", key)
+        whole = _PLACEHOLDER.fullmatch(value)
+        root, _, rest = whole.group(1).partition(".") if whole else ("", "", "")
+        if whole is None:
+            problem = (f"{value!r}: a placeholder is the whole value, as \"${{result.KEY}}\" "
+                       "or \"${args.NAME}\" (no text around it)")
+        elif root not in ("result", "args"):
+            problem = (f"{value!r}: unknown placeholder {root!r} (expected ${{result.KEY}}, "
+                       "the tool's result, or ${args.NAME}, its arguments)")
+        elif tool is None:
+            problem = (f"{value!r}: placeholders take a tool's values: use them in a "
+                       "transition `when: tool_called` or `tool_result`")
+        elif root == "args" and rest and params and rest.split(".")[0] not in params:
+            problem = (f"{value!r}: {tool} has no argument {rest.split('.')[0]!r} (its "
+                       f"arguments: {', '.join(params) or 'none'})")
+        else:
+            continue
+        issues.append(pos.issue(where, problem))
     return issues

@@ -40,6 +40,9 @@ _SHOWN_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "bmi2", "avx_vnni", "avx
                 "asimdhp", "asimddp", "i8mm", "sve")
 REBUILD = ("rebuild the portable llama.cpp: rm -rf .venv && make serve (no NATIVE=1), or "
            "scripts/install-llama-cpp.sh YOUR_VENV/bin/python")
+# a voice speaks ~150 words a minute, ~3.3 tokens a second: an LLM slower than this makes
+# the voice wait between its pieces
+SPOKEN_TOKENS_PER_S = 4
 
 
 @dataclass
@@ -155,6 +158,7 @@ async def _model_checks(settings: Settings) -> list[Check]:
     from .llm import ChatRequest
     from .llm.local import LocalLlamaProvider
     from .llm.registry import build_router
+    from .llm.types import LoadsModel
     from .pipeline.audio import resample
     from .pipeline.stt import WhisperSTT
     from .pipeline.tts import PiperTTS
@@ -188,19 +192,24 @@ async def _model_checks(settings: Settings) -> list[Check]:
 
         async def think() -> str:
             provider = router.default_provider
-            if hasattr(provider, "load"):
+            if isinstance(provider, LoadsModel):
                 await provider.load()
             request = ChatRequest(messages=[{"role": "user", "content": "Say hello."}],
                                   max_tokens=16, temperature=0.0)
             started = time.monotonic()
-            first, parts = None, []
+            first, parts, tokens = None, [], 0
             async for event in router.stream(request):
                 if event.text:
                     first = first or time.monotonic()
                     parts.append(event.text)
+                if event.usage is not None:
+                    tokens = event.usage.output_tokens
             if not parts:
                 raise RuntimeError("the model answered nothing")
-            rate = len(parts) / max(1e-3, time.monotonic() - (first or started))
+            # tokens after the first, over the time after it (text pieces, counted before,
+            # said "0 tokens/s" for a short answer in few pieces)
+            after_first = time.monotonic() - (first or started)
+            rate = max(0, (tokens or len(parts)) - 1) / max(1e-3, after_first)
             where = f"{settings.llm_base_url} ({settings.llm_model})"
             if isinstance(provider, LocalLlamaProvider):
                 running = (await provider.health())["cpu_kernels"]
@@ -208,8 +217,11 @@ async def _model_checks(settings: Settings) -> list[Check]:
                 if running != provider.cpu_build.name:
                     raise RuntimeError(f"the {provider.cpu_build.name} kernels failed on this "
                                        f"CPU and the {running} ones answered: {where}")
+            slow = (f"; SLOW: under {SPOKEN_TOKENS_PER_S} tokens/s the voice waits for the "
+                    "words (another program using the CPU? try --llm-threads 1, or a smaller "
+                    "--llm-profile)" if rate < SPOKEN_TOKENS_PER_S else "")
             return (f"{where}; first token {(first or started) - started:.2f} s, "
-                    f"{rate:.0f} tokens/s: {''.join(parts).strip()[:60]!r}")
+                    f"{rate:.0f} tokens/s: {''.join(parts).strip()[:60]!r}{slow}")
 
         async def judge() -> str:
             nonlocal turn

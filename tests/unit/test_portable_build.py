@@ -124,7 +124,8 @@ def test_doctor_passes_on_this_install() -> None:
     assert all(c["ok"] for c in checks.values())
     assert "capital of france" in checks["stt pass"]["detail"].lower()
     assert "probability" in checks["end-of-turn pass"]["detail"]
-    assert "tokens/s" in checks["llm pass"]["detail"]
+    rate = re.search(r"(\d+) tokens/s", checks["llm pass"]["detail"])
+    assert rate and int(rate.group(1)) > 0, checks["llm pass"]["detail"]  # was "0" at times
 
 
 @pytest.mark.slow

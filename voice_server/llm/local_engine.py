@@ -52,6 +52,7 @@ from ..compat import llama_batch, llama_context, llama_model
 from .errors import LLMBadRequest, LLMError
 from .kv_slots import KVSlots, Slot
 from .local_decoding import OPEN, StopText, chat_formatter, sample_token, sampler
+from .thread_choice import ThreadChoice
 from .types import StreamEvent, Usage
 
 __all__ = ["GIVE_WAY_S", "Generation", "LlamaEngine", "OtherWork", "SamplingParams"]
@@ -140,6 +141,7 @@ class LlamaEngine:
         self._urgent = urgent_tokens
         self._n_threads = n_threads
         self._threads_now = 1
+        self.thread_choice = ThreadChoice(n_threads)
         self._others = others
         self._giving_way_since: float | None = None
         self._format = chat_formatter(llama)
@@ -214,10 +216,13 @@ class LlamaEngine:
                     self._cond.wait(0.005)
                     continue
             if group:
-                threads = self._use_threads(group)
+                threads, timed = self._use_threads(group, urgent)
                 with self.model_lock:
+                    started = time.perf_counter()
                     self._step(group, BUSY_PROMPT_CHUNK if threads < self._n_threads
-                               else self._n_batch)
+                               and not self.thread_choice.narrow else self._n_batch)
+                    if timed:
+                        self.thread_choice.timed(threads, time.perf_counter() - started)
 
     def _ready(self) -> bool:
         if self._waiting and self._kv.any_free():
@@ -298,19 +303,24 @@ class LlamaEngine:
         self._giving_way_since = None  # one step, then give way again
         return False
 
-    def _use_threads(self, group: list[tuple[Generation, Slot]]) -> int:
-        """Set and return the step's threads. A prompt on one thread (the pool busy) goes
-        ``BUSY_PROMPT_CHUNK`` tokens a step, to take both cores once the pool is idle: the
-        end-of-turn check (~100 ms) starts with a question's prompt and kept 12 tokens of the
-        1.5B on one thread (330 ms; two alone 172, two beside a busy core 518)."""
+    def _use_threads(self, group: list[tuple[Generation, Slot]],
+                     urgent: bool) -> tuple[int, bool]:
+        """Set the step's threads; return them and whether the step is timed for the
+        ``thread_choice`` (one answer's token, all threads allowed). A prompt on one thread
+        (the pool busy) goes ``BUSY_PROMPT_CHUNK`` tokens a step, to take both cores once the
+        pool is idle: the end-of-turn check (~100 ms) starts with a question's prompt and kept
+        12 tokens of the 1.5B on one thread (330 ms; two alone 172, two beside a busy core
+        518); not when one thread is faster anyway (thread_choice.py)."""
         idle = self._others is None or not self._others.running_jobs
         alone = len(self._active) == 1  # several answers at once: their STT/TTS come and go
         prompt = any(gen.pending for gen, _ in group)
-        threads = self._n_threads if idle and (prompt or alone) else 1
+        timed = idle and alone and not prompt and len(group) == 1
+        threads = (self.thread_choice.choose(may_probe=timed and not urgent)
+                   if idle and (prompt or alone) else 1)
         if threads != self._threads_now:
             self._c.llama_set_n_threads(self._ctx.ctx, threads, threads)
             self._threads_now = threads
-        return threads
+        return threads, timed
 
     def _step(self, group: list[tuple[Generation, Slot]], prompt_chunk: int) -> None:
         """Decode one batch, at most ``prompt_chunk`` tokens of each prompt; the slots were

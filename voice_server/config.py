@@ -10,6 +10,7 @@ holding an API key). A test keeps it so (tests/unit/test_environment_reads.py).
 from __future__ import annotations
 
 import difflib
+import io
 import ipaddress
 import json
 import os
@@ -404,7 +405,9 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         elif path.suffix == ".json":
             data = json.loads(text)
         else:
-            data = yaml.safe_load(text)
+            stream = io.StringIO(text)
+            stream.name = str(path)  # the YAML error's "in ..." (else "<unicode string>")
+            data = yaml.safe_load(stream)
     except (ValueError, yaml.YAMLError) as exc:
         raise ConfigError(f"config file {path} is not valid: {exc}") from exc
     if data is None:

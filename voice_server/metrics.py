@@ -44,6 +44,7 @@ class TurnRecord:
     error: str | None = None
     transcript: str = ""
     speculative_stt: bool = False  # STT started before the end of turn was confirmed
+    typed: bool = False  # a typed turn: no speech to text to count
     turn_decided: float | None = None  # the end of the user's turn was decided
     turn_decision: str = ""  # why (end_of_turn.Verdict.reason, or "silence")
     turn_probability: float | None = None  # the end-of-turn model's, when it answered
@@ -131,7 +132,7 @@ class Metrics:
     def record_turn(self, rec: TurnRecord) -> None:
         origin = rec.speech_end or rec.started
         pairs = [
-            (self.stt, origin, rec.stt_done),
+            *([] if rec.typed else [(self.stt, origin, rec.stt_done)]),
             (self.llm_ttft, rec.llm_requested or rec.stt_done or origin, rec.llm_first_token),
             (self.tts_first_audio, rec.llm_first_token, rec.first_audio),
             (self.voice_to_voice, origin, rec.first_audio),

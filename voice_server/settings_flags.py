@@ -40,10 +40,12 @@ def add_settings_flags(parser: argparse.ArgumentParser,
     for name in Settings.model_fields if fields is None else fields:
         field = Settings.model_fields[name]
         default = field.get_default(call_default_factory=True)
+        said = "" if "(default:" in (field.description or "") else f"default: {default!r}; "
         parser.add_argument(
-            "--" + name.replace("_", "-"), dest=name, default=None, metavar="VALUE",
+            "--" + name.replace("_", "-"), dest=name, default=None,
+            metavar="true|false" if field.annotation is bool else "VALUE",
             type=_flag_type(field.annotation),
-            help=f"{field.description} (default: {default!r}; env VOICE_SERVER_{name.upper()})")
+            help=f"{field.description} ({said}env VOICE_SERVER_{name.upper()})")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:

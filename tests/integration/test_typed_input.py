@@ -26,6 +26,25 @@ async def test_a_typed_question_gets_a_spoken_answer(scripted_server, fake_llm, 
         "role": "user", "content": "What is the capital of France?"}
 
 
+async def test_a_typed_turn_is_not_counted_as_speech(scripted_server, fake_llm, connect):
+    """No speech to text in /metrics for a typed turn (a newcomer saw typed turns of ~0.1 ms
+    in voice_stt_seconds); its LLM time and request -> first audio are counted."""
+    registry = scripted_server.metrics.registry
+
+    def count(name: str, **labels: str) -> float:
+        return registry.get_sample_value(name, labels) or 0.0
+
+    before = [count("voice_stt_seconds_count"), count("voice_first_audio_seconds_count"),
+              count("voice_llm_ttft_seconds_count")]
+    fake_llm.add("Hello there.")
+    async with connect(scripted_server) as client:
+        await client.send({"type": "user-text", "text": "Hello."})
+        await client.until("tts-complete", timeout=60)
+    after = [count("voice_stt_seconds_count"), count("voice_first_audio_seconds_count"),
+             count("voice_llm_ttft_seconds_count")]
+    assert after == [before[0], before[1] + 1, before[2] + 1], (before, after)
+
+
 async def test_bad_typed_input_is_refused(scripted_server, connect):
     async with connect(scripted_server) as client:
         for text in ("", "   ", "x" * 4001):

@@ -81,8 +81,9 @@ def test_bad_config_file_is_a_clear_error(tmp_path):
     """A broken or non-mapping file says which file and why."""
     bad = tmp_path / "bad.yaml"
     bad.write_text("port: [unclosed\n")
-    with pytest.raises(ConfigError, match="bad.yaml"):
+    with pytest.raises(ConfigError, match="bad.yaml") as caught:
         load_settings(bad)
+    assert f'in "{bad}", line 1, column 7' in str(caught.value)  # not "<unicode string>"
     (tmp_path / "list.yaml").write_text("- 1\n")
     with pytest.raises(ConfigError, match="mapping"):
         load_settings(tmp_path / "list.yaml")
@@ -108,6 +109,8 @@ def test_serve_help_documents_every_option():
                          capture_output=True, text=True, check=True).stdout
     for name in Settings.model_fields:
         assert "--" + name.replace("_", "-") in out
+    assert "--phone true|false" in out and out.count("(default:") == sum(
+        1 for f in Settings.model_fields.values())  # once each, the description's or ours
 
 
 def test_cli_config_error_exits_2(tmp_path, capsys):

@@ -189,7 +189,9 @@ class Conversation:
         async def typed() -> str:
             return text
 
-        await self.start_utterance(np.zeros(0, dtype=np.int16), output, transcript=typed())
+        assert self.session is not None
+        await self.start_utterance(np.zeros(0, dtype=np.int16), output, transcript=typed(),
+                                   record=TurnRecord(session_id=self.session.id, typed=True))
 
     async def greet(self, text: str, output: SpeechOutput) -> None:
         """The agent speaks first (a playbook's ``greeting`` when a call connects): a turn

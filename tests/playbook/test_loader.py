@@ -29,6 +29,11 @@ tools:
 """
 
 
+def setting(value: str, when: str = "{tool_called: lookup}") -> str:
+    """GOOD with its transition on ``when`` setting ``x: "VALUE"``."""
+    return GOOD.replace("when: {tool_called: lookup}", f'when: {when}, set: {{x: "{value}"}}')
+
+
 def issues(text: str, **kw) -> list[str]:
     with pytest.raises(PlaybookLoadError) as info:
         load_playbook_text(textwrap.dedent(text), file="pb.yaml", **kw)
@@ -112,24 +117,16 @@ CASES = [
     ("handler of no kind", GOOD.replace('{python: "json:dumps"}', "{shell: ls}"),
      ["pb.yaml:11:14: tools.lookup.handler: expected `python: module:function` or "
       "`http: {url: ...}`"]),
-    ("placeholder root misspelt", GOOD.replace("when: {tool_called: lookup}",
-                                               "when: {tool_called: lookup}, set: {x: "
-                                               "\"${reslt.id}\"}"),
+    ("placeholder root misspelt", setting("${reslt.id}"),
      ["pb.yaml:7:66: transitions[0].set.x: '${reslt.id}': unknown placeholder 'reslt' "
       "(expected ${result.KEY}, the tool's result, or ${args.NAME}, its arguments)"]),
-    ("placeholder argument misspelt", GOOD.replace("when: {tool_called: lookup}",
-                                                   "when: {tool_called: lookup}, set: {x: "
-                                                   "\"${args.query}\"}"),
+    ("placeholder argument misspelt", setting("${args.query}"),
      ["pb.yaml:7:66: transitions[0].set.x: '${args.query}': lookup has no argument 'query' "
       "(its arguments: q)"]),
-    ("placeholder inside text", GOOD.replace("when: {tool_called: lookup}",
-                                             "when: {tool_called: lookup}, set: {x: "
-                                             "\"id ${result.id}\"}"),
+    ("placeholder inside text", setting("id ${result.id}"),
      ["pb.yaml:7:66: transitions[0].set.x: 'id ${result.id}': a placeholder is the whole "
       "value, as \"${result.KEY}\" or \"${args.NAME}\" (no text around it)"]),
-    ("placeholder without a tool", GOOD.replace("when: {tool_called: lookup}",
-                                                "when: {keyword: [done]}, set: {x: "
-                                                "\"${args.q}\"}"),
+    ("placeholder without a tool", setting("${args.q}", when="{keyword: [done]}"),
      ["pb.yaml:7:62: transitions[0].set.x: '${args.q}': placeholders take a tool's values: use "
       "them in a transition `when: tool_called` or `tool_result`"]),
     ("placeholder on entering a stage", GOOD.replace("  end: {}",

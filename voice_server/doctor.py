@@ -209,7 +209,8 @@ async def _model_checks(settings: Settings) -> list[Check]:
             # tokens after the first, over the time after it (text pieces, counted before,
             # said "0 tokens/s" for a short answer in few pieces)
             after_first = time.monotonic() - (first or started)
-            rate = max(0, (tokens or len(parts)) - 1) / max(1e-3, after_first)
+            counted = max(0, (tokens or len(parts)) - 1)
+            rate = counted / max(1e-3, after_first)
             where = f"{settings.llm_base_url} ({settings.llm_model})"
             if isinstance(provider, LocalLlamaProvider):
                 running = (await provider.health())["cpu_kernels"]
@@ -219,7 +220,7 @@ async def _model_checks(settings: Settings) -> list[Check]:
                                        f"CPU and the {running} ones answered: {where}")
             slow = (f"; SLOW: under {SPOKEN_TOKENS_PER_S} tokens/s the voice waits for the "
                     "words (another program using the CPU? try --llm-threads 1, or a smaller "
-                    "--llm-profile)" if rate < SPOKEN_TOKENS_PER_S else "")
+                    "--llm-profile)" if rate < SPOKEN_TOKENS_PER_S and counted >= 3 else "")
             return (f"{where}; first token {(first or started) - started:.2f} s, "
                     f"{rate:.0f} tokens/s: {''.join(parts).strip()[:60]!r}{slow}")
 

@@ -17,7 +17,7 @@ from jsonschema.exceptions import SchemaError
 from pydantic import ValidationError
 
 from .errors import Issue, PlaybookLoadError
-from .schema import Collect, Playbook, PythonHandler
+from .schema import Collect, Playbook, PythonHandler, Transition
 
 __all__ = ["RESERVED_TOOLS", "load_playbook", "load_playbook_text"]
 
@@ -302,7 +302,8 @@ def _check_collect(pb: Playbook, pos: _Positions, sname: str, collect: Collect) 
 _PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")
 
 
-def _check_placeholders(pb: Playbook, pos: _Positions, loc: Path_, tr: Any) -> list[Issue]:
+def _check_placeholders(pb: Playbook, pos: _Positions, loc: Path_,
+                        tr: Transition) -> list[Issue]:
     """A transition's ``set`` value ``"${result.KEY}"`` / ``"${args.NAME}"`` is the whole
     string (engine._resolve), in a transition on a tool call, and names one of its arguments
     (when its schema lists them); a typo there stored null without a word (a newcomer's

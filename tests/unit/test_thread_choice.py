@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -17,30 +18,43 @@ QUIET = {2: 0.039, 1: 0.058}  # a 1.5B token, s, alone on 2 cores (module docstr
 CROWDED = {2: 0.156, 1: 0.091}  # ... beside a program that keeps one core busy
 
 
+class Clock:
+    now = 0.0
+
+
+def step(choice: ThreadChoice, seconds_on: Callable[[int], float], *,
+         urgent: bool = False) -> int:
+    """One timed step whose time ``seconds_on(threads)`` gives; the clock moves on by it."""
+    threads = choice.choose(timed=True, urgent=urgent, now=Clock.now)
+    seconds = seconds_on(threads)
+    Clock.now += seconds
+    choice.timed(threads, seconds)
+    return threads
+
+
 def run(choice: ThreadChoice, times: dict[int, float], steps: int, *,
         urgent: bool = False) -> list[int]:
-    used = []
-    for _ in range(steps):
-        threads = choice.choose(may_probe=not urgent)
-        choice.timed(threads, times[threads])
-        used.append(threads)
-    return used
+    return [step(choice, times.__getitem__, urgent=urgent) for _ in range(steps)]
 
 
-def test_a_quiet_machine_keeps_both_threads_and_probes_one_step_in_a_while() -> None:
+def test_a_quiet_machine_keeps_both_threads_and_probes_ever_less_often() -> None:
     choice = ThreadChoice(2)
-    used = run(choice, QUIET, 3 * (PROBE_EVERY + PROBE_STEPS))
+    used = run(choice, QUIET, 7 * PROBE_EVERY + 3 * PROBE_STEPS)
     assert not choice.narrow
-    assert used.count(1) == 3 * PROBE_STEPS  # a probe after each PROBE_EVERY steps
-    assert used[PROBE_EVERY - 1:PROBE_EVERY + PROBE_STEPS + 1] == [2, *[1] * PROBE_STEPS, 2]
+    probes = [i for i, threads in enumerate(used) if threads == 1][::PROBE_STEPS]
+    assert used.count(1) == 3 * PROBE_STEPS, used  # each probe 3 steps, the last one's best
+    # after PROBE_EVERY steps, then each failed probe doubles the wait
+    gaps = [b - a - PROBE_STEPS for a, b in zip([-PROBE_STEPS, *probes], probes, strict=False)]
+    assert gaps == [PROBE_EVERY, 2 * PROBE_EVERY, 4 * PROBE_EVERY], probes
 
 
 def test_a_busy_core_moves_to_one_thread_and_back_when_it_is_free() -> None:
     choice = ThreadChoice(2)
     run(choice, QUIET, 10)
     used = run(choice, CROWDED, PROBE_EVERY + 10)
-    assert choice.narrow and used[-5:] == [1] * 5
-    assert run(choice, CROWDED, 3 * PROBE_EVERY).count(2) <= 3 * PROBE_STEPS  # probes only
+    assert choice.narrow and used[-1] == 1
+    later = run(choice, CROWDED, 3 * PROBE_EVERY)
+    assert choice.narrow and later.count(2) <= len(later) // 4  # probes of two only
     run(choice, QUIET, 2 * (PROBE_EVERY + PROBE_STEPS))
     assert not choice.narrow
 
@@ -49,14 +63,38 @@ def test_one_slow_step_of_a_probe_does_not_decide_it() -> None:
     """The fastest step of a probe is what counts: a scheduler hiccup in one is not a mode."""
     choice = ThreadChoice(2)
     run(choice, QUIET, PROBE_EVERY - 1)
-    for seconds in (QUIET[2], QUIET[2] * 3, QUIET[2] * 3, QUIET[2] * 3):
-        choice.timed(choice.choose(may_probe=True), seconds)  # a steady step, then a probe...
+    held_up = iter((QUIET[2], QUIET[2] * 3, QUIET[2] * 3, QUIET[2] * 3))
+    for _ in range(4):  # a steady step, then a probe...
+        step(choice, lambda threads: next(held_up))
     assert not choice.narrow  # ... whose steps were all held up: never faster than two
     choice = ThreadChoice(2)
     run(choice, CROWDED, PROBE_EVERY)
-    for seconds in (CROWDED[1] * 3, CROWDED[1], CROWDED[1] * 3):
-        choice.timed(choice.choose(may_probe=True), seconds)
+    one_clean = iter((CROWDED[1] * 3, CROWDED[1], CROWDED[1] * 3))
+    for _ in range(3):
+        step(choice, lambda threads: next(one_clean))
     assert choice.narrow  # one clean step of the probe shows one thread is faster
+
+
+def test_a_probe_into_the_collapse_ends_at_its_first_step() -> None:
+    """One thread now; a probe of two meets ~1.5 s steps: one such step, not three."""
+    choice = ThreadChoice(2)
+    collapsed = {2: 1.5, 1: 0.048}
+    run(choice, collapsed, 6, urgent=True)
+    assert choice.narrow
+    used = run(choice, collapsed, 4 * PROBE_EVERY)
+    probes = used.count(2)
+    assert 1 <= probes <= 3, used  # each probe one step; the waits between them grow
+
+
+def test_steps_that_collapse_are_probed_at_once_first_words_too() -> None:
+    """Inside the server, beside a busy loop, two threads took ~1.5 s a token and one ~48 ms:
+    waiting for PROBE_EVERY steps (48 s) or for the first words to pass let answers time
+    out. Such steps are probed after PROBE_AFTER_S, among the first words too."""
+    collapsed = {2: 1.5, 1: 0.048}
+    choice = ThreadChoice(2)
+    used = run(choice, collapsed, 6, urgent=True)
+    assert choice.narrow and used.index(1) <= 2, used
+    assert run(choice, QUIET, 8, urgent=True) == [1] * 8  # quick steps: no probe among them
 
 
 def test_the_first_words_are_never_a_probe() -> None:

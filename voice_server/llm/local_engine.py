@@ -315,7 +315,7 @@ class LlamaEngine:
         alone = len(self._active) == 1  # several answers at once: their STT/TTS come and go
         prompt = any(gen.pending for gen, _ in group)
         timed = idle and alone and not prompt and len(group) == 1
-        threads = (self.thread_choice.choose(may_probe=timed and not urgent)
+        threads = (self.thread_choice.choose(timed=timed, urgent=urgent)
                    if idle and (prompt or alone) else 1)
         if threads != self._threads_now:
             self._c.llama_set_n_threads(self._ctx.ctx, threads, threads)

@@ -13,9 +13,9 @@ clearly faster than the usual step switches the mode (one step alone was at the 
 scheduler hiccup: a CI run kept one thread after the busy loop had ended). On a quiet machine
 a probe is never a step of an answer's first words (someone waits for them), so probing costs
 ~60 ms per ``PROBE_EVERY`` later tokens (speech is slower than the model by far) and no
-latency. Inside the server the collapse is far worse than beside a lone busy loop: Piper's
-and Whisper's thread pools wait by spinning too, and with a busy loop beside them two llama.cpp
-threads took ~1.5 s a token (one: ~48 ms), so answers timed out at 30 s with 9-19 words said.
+latency. Inside the server the collapse was far worse than in a script beside a lone busy
+loop (why was not pinned down; the server's worker processes share the cores): two llama.cpp
+threads took 1.5-3.2 s a step (one: ~48 ms), so answers timed out at 30 s with 9-19 words said.
 Steps that slow are probed after ``PROBE_AFTER_S`` whatever their count, first words too.
 A probe into the collapse costs a collapsed step (~1.5-3 s), so it ends at its first step
 when that is far slower than the usual one, and each failed probe doubles the wait for the

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .collect import sheets
-from .schema import Playbook, Transition
+from .schema import PLACEHOLDER, Playbook, Transition
 
 __all__ = [
     "TRANSITION_TOOL",
@@ -304,7 +304,8 @@ def _result_matches(cond: Any, event: ToolEvent) -> bool:
 
 def _resolve(value: Any, scope: dict[str, Any]) -> Any:
     """``"${result.booking_id}"`` / ``"${args.time}"`` take the tool's values; others stay."""
-    if isinstance(value, str) and value.startswith("${") and value.endswith("}"):
-        found, got = _lookup(scope, value[2:-1])
+    whole = PLACEHOLDER.fullmatch(value) if isinstance(value, str) else None
+    if whole is not None:
+        found, got = _lookup(scope, whole[1])
         return got if found else None
     return value

@@ -7,7 +7,6 @@ stages and tools, invalid JSON Schemas for tool arguments, and handlers that can
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from jsonschema.exceptions import SchemaError
 from pydantic import ValidationError
 
 from .errors import Issue, PlaybookLoadError
-from .schema import Collect, Playbook, PythonHandler, Transition
+from .schema import PLACEHOLDER, Collect, Playbook, PythonHandler, Transition
 
 __all__ = ["RESERVED_TOOLS", "load_playbook", "load_playbook_text"]
 
@@ -299,9 +298,6 @@ def _check_collect(pb: Playbook, pos: _Positions, sname: str, collect: Collect) 
     return issues
 
 
-_PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")
-
-
 def _check_placeholders(pb: Playbook, pos: _Positions, loc: Path_,
                         tr: Transition) -> list[Issue]:
     """A transition's ``set`` value ``"${result.KEY}"`` / ``"${args.NAME}"`` is the whole
@@ -317,7 +313,7 @@ def _check_placeholders(pb: Playbook, pos: _Positions, loc: Path_,
         if not isinstance(value, str) or "${" not in value:
             continue
         where = (*loc, "set", key)
-        whole = _PLACEHOLDER.fullmatch(value)
+        whole = PLACEHOLDER.fullmatch(value)
         root, _, rest = whole.group(1).partition(".") if whole else ("", "", "")
         if whole is None:
             problem = (f"{value!r}: a placeholder is the whole value, as \"${{result.KEY}}\" "

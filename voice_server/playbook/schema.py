@@ -8,6 +8,7 @@ Schema for the arguments and a handler: a Python callable or an HTTP webhook). C
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -23,6 +24,7 @@ from pydantic import (
 
 __all__ = [
     "CONDITION_KINDS",
+    "PLACEHOLDER",
     "Collect",
     "Condition",
     "Example",
@@ -43,6 +45,9 @@ __all__ = [
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_\-]*$")]
 Source = Name | Literal["*"]
 ToolChoice = Literal["auto", "none", "required"] | dict[Literal["name"], Name]
+
+# a transition's `set` value that takes the tool call's values: "${result.KEY}", "${args.NAME}"
+PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")
 
 
 class _Model(BaseModel):

@@ -33,6 +33,7 @@ __all__ = [
     "env_value",
     "load_settings",
     "read_config_file",
+    "setting_variable",
     "validation_text",
 ]
 
@@ -435,7 +436,7 @@ def load_settings(config_file: str | Path | None = None, **flags: Any) -> Settin
         raise ConfigError(_settings_error(exc, flags, file_values, config_file)) from None
     except ValueError as exc:  # a VOICE_SERVER_* variable pydantic-settings cannot parse
         field = re.search(r'field "(\w+)"', str(exc))
-        where = _variable(field[1]) if field else str(exc)
+        where = setting_variable(field[1]) if field else str(exc)
         raise ConfigError(f"{where}: {exc.__cause__ or exc}") from None
     return Settings.model_construct(**layered.model_dump())
 
@@ -448,7 +449,7 @@ def validation_text(exc: ValidationError) -> str:
     return f"{where}: {what}" if where else what
 
 
-def _variable(name: str) -> str:
+def setting_variable(name: str) -> str:
     """The environment variable of setting ``name`` (``VOICE_SERVER_PORT``)."""
     return Settings.model_config["env_prefix"] + name.upper()
 
@@ -464,7 +465,7 @@ def _settings_error(exc: ValidationError, flags: dict[str, Any], file_values: di
         near = difflib.get_close_matches(name, Settings.model_fields, n=1)
         return f"unknown setting {name!r}" + (f" in {config_file}" if config_file else "") + \
             (f" (did you mean {near[0]!r}?)" if near else "")
-    variable = _variable(name)
+    variable = setting_variable(name)
     source = (f"--{name.replace('_', '-')}" if name in flags
               else variable if os.environ.get(variable) is not None
               else str(config_file) if name in file_values else "")

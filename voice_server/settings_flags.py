@@ -12,7 +12,7 @@ import types
 import typing
 from collections.abc import Iterable
 
-from .config import Settings, config_file_from_env, load_settings
+from .config import Settings, config_file_from_env, load_settings, setting_variable
 
 __all__ = ["add_settings_flags", "settings_from_args"]
 
@@ -45,7 +45,7 @@ def add_settings_flags(parser: argparse.ArgumentParser,
             "--" + name.replace("_", "-"), dest=name, default=None,
             metavar="true|false" if field.annotation is bool else "VALUE",
             type=_flag_type(field.annotation),
-            help=f"{field.description} ({said}env VOICE_SERVER_{name.upper()})")
+            help=f"{field.description} ({said}env {setting_variable(name)})")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:

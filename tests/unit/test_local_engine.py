@@ -340,3 +340,65 @@ def test_a_forced_call_is_read_from_its_start_and_checked_quickly(engine, monkey
     monkeypatch.setattr(local_engine, "sample_token", full_sampler)
     assert Reader(engine, messages, params=params).wait() == quick_text
     assert "<tool_call>" not in quick_text and "arguments" not in quick_text  # read, not written
+
+
+STAGE = {"role": "system", "content": "You take table bookings for a restaurant in Rome. " * 25}
+
+
+def _ahead(engine, messages: list[dict[str, Any]]) -> Reader:
+    from voice_server.llm.local_engine import SamplingParams
+
+    return Reader(engine, messages, params=SamplingParams(temperature=0.0, prompt_only=True))
+
+
+def test_a_prompt_computed_ahead_comes_back_from_memory(engine) -> None:
+    """A prompt-only request answers nothing and saves its prompt's cache; a question that
+    starts with that prompt gets it back after other conversations took every slot."""
+    ahead = _ahead(engine, [STAGE, {"role": "user", "content": "Hello."}])
+    assert ahead.wait() == ""
+    assert isinstance(ahead.end, StreamEvent) and ahead.end.usage.output_tokens == 0
+    saved = engine._kv.saved.entries
+    assert [e.tokens for e in saved] == [ahead.gen.prompt]
+    for topic in ("the moon", "the sea"):  # both slots now hold something else
+        Reader(engine, [{"role": "system", "content": f"You talk about {topic}."},
+                        {"role": "user", "content": "Say hello."}], max_tokens=4).wait()
+    assert all(s.tokens[:50] != ahead.gen.prompt[:50] for s in engine._kv.slots)
+    question = Reader(engine, [STAGE, {"role": "user", "content": "What is the capital of "
+                                                                  "Italy?"}], max_tokens=16)
+    assert "Rome" in question.wait()
+    shared = next(i for i, (a, b) in enumerate(zip(ahead.gen.prompt, question.gen.prompt,
+                                                   strict=False)) if a != b)
+    assert question.gen.cached == shared > 250  # the stage prompt and the user turn's start
+    again = _ahead(engine, [STAGE, {"role": "user", "content": "Hello."}])
+    again.wait()
+    assert len(saved) == 1  # saved once
+
+
+def test_a_question_never_waits_for_a_prompt_computed_ahead(engine) -> None:
+    """A prompt-only request steps only when no answer can, and gives up its slot to a
+    question that finds none free; it finishes afterwards and is saved all the same."""
+    ahead = _ahead(engine, [{"role": "system", "content": "You are a careful clerk. " * 150},
+                            {"role": "user", "content": "Hello."}])
+    while not ahead.gen.slot:  # admitted: it holds one of the two slots
+        assert not ahead.finished.wait(0.005)
+    questions = [Reader(engine, _ask(q), max_tokens=24) for q in ("Say hello.", "Name a fruit.")]
+    assert all(q.wait().strip() for q in questions)
+    ahead.wait()
+    assert ahead.done_at > max(q.done_at for q in questions)
+    assert [e.tokens for e in engine._kv.saved.entries] == [ahead.gen.prompt]
+
+
+def test_a_prompt_computed_ahead_waits_while_the_pool_works(llama) -> None:
+    from voice_server.llm import local_engine
+
+    pool = BusyPool()
+    pool.running_jobs = 1  # speech work: the prompt waits
+    engine = local_engine.LlamaEngine(llama, slots=2, n_ctx=2048, n_threads=2, others=pool)
+    try:
+        ahead = _ahead(engine, [STAGE, {"role": "user", "content": "Hello."}])
+        assert not ahead.finished.wait(0.3)
+        assert ahead.gen.slot is not None and ahead.gen.pending == ahead.gen.prompt
+        pool.running_jobs = 0
+        assert ahead.wait() == "" and engine._kv.saved.entries
+    finally:
+        engine.close()

@@ -9,19 +9,27 @@ instead of evaluating them again. When a step needs more room than is free, the 
 slots are dropped, least recently used first. llama.cpp's server does the same with
 ``--parallel`` and ``--cache-prompt``.
 
+Four slots hold four prefixes; a playbook has one per stage (its instructions and tools). The
+prompts the engine computes ahead (``SamplingParams.prompt_only``) are therefore copied out of
+the KV cache into memory (``SavedPrompts``, llama.cpp's ``llama_state_seq_*`` API; about 28 KB a
+token for the 1.5B model) and copied back into whichever slot a later prompt starting with them
+takes: ~10 ms for a prefix that takes ~2.5 s to compute on 2 cores (307 tokens).
+
 Every method runs on the engine thread, with the model lock held where it touches the cache.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["SHARE_MIN_TOKENS", "KVSlots", "Slot", "pick_slot"]
+__all__ = ["SAVED_BYTES", "SHARE_MIN_TOKENS", "KVSlots", "SavedPrompts", "Slot", "pick_slot"]
 
 SHARE_MIN_TOKENS = 16  # a shorter prefix is not worth copying from another slot
+SAVED_BYTES = 256 << 20  # memory for saved prompts (the 1.5B model: ~9,000 tokens)
 
 log = logging.getLogger(__name__)
 
@@ -34,18 +42,85 @@ class Slot:
     used_at: float = 0.0
 
 
-class KVSlots:
-    """The slots of one context: ``llama_cpp`` (the bindings), its memory handle, ``count``
-    sequences, ``n_ctx`` cells shared by all."""
+@dataclass(eq=False)
+class Saved:
+    tokens: list[int]  # the prompt whose cache ``data`` holds
+    data: Any  # a ctypes byte array from llama_state_seq_get_data
+    used_at: float = field(default_factory=time.monotonic)
 
-    def __init__(self, llama_cpp: Any, memory: Any, count: int, n_ctx: int) -> None:
+
+class SavedPrompts:
+    """Prompts' KV caches copied into memory, at most ``budget`` bytes (the least recently
+    used are dropped first); ``ctx`` is the llama.cpp context, ``memory`` its KV memory."""
+
+    def __init__(self, llama_cpp: Any, ctx: Any, memory: Any, budget: int = SAVED_BYTES) -> None:
         self._c = llama_cpp
+        self._ctx = ctx
         self._memory = memory
+        self.budget = budget
+        self.entries: list[Saved] = []
+
+    def held(self) -> int:
+        return sum(len(e.data) for e in self.entries)
+
+    def save(self, slot: Slot) -> None:
+        """Copy what ``slot`` holds; a saved prompt it continues is replaced, and nothing is
+        saved when a saved prompt already continues it."""
+        tokens = list(slot.tokens)
+        if not tokens or any(_common(e.tokens, tokens) == len(tokens) for e in self.entries):
+            return
+        size = self._c.llama_state_seq_get_size(self._ctx, slot.id)
+        if size > self.budget:
+            return
+        data = (ctypes.c_uint8 * size)()
+        if self._c.llama_state_seq_get_data(self._ctx, data, size, slot.id) != size:
+            return
+        self.entries = [e for e in self.entries if _common(e.tokens, tokens) < len(e.tokens)]
+        self.entries.append(Saved(tokens, data))
+        while self.held() > self.budget:
+            self.entries.remove(min(self.entries, key=lambda e: e.used_at))
+        log.debug("slot %d: prompt of %d tokens saved (%d saved, %.1f MB)", slot.id,
+                  len(tokens), len(self.entries), self.held() / 1e6)
+
+    def best(self, prompt: list[int]) -> tuple[Saved | None, int]:
+        """The saved prompt sharing the longest prefix with ``prompt``, and its length (at
+        most all but the prompt's last token)."""
+        best: tuple[Saved | None, int] = (None, 0)
+        for entry in self.entries:
+            common = min(_common(entry.tokens, prompt), len(prompt) - 1)
+            if common > best[1]:
+                best = (entry, common)
+        return best
+
+    def restore(self, entry: Saved, slot: Slot, keep: int) -> bool:
+        """Put the first ``keep`` tokens of ``entry`` into ``slot`` (whatever it held is
+        dropped); False when llama.cpp found no room for them (the slot is then empty)."""
+        entry.used_at = time.monotonic()
+        self._c.llama_memory_seq_rm(self._memory, slot.id, -1, -1)
+        slot.tokens.clear()
+        if not self._c.llama_state_seq_set_data(self._ctx, entry.data, len(entry.data), slot.id):
+            return False
+        if not self._c.llama_memory_seq_rm(self._memory, slot.id, keep, -1):
+            self._c.llama_memory_seq_rm(self._memory, slot.id, -1, -1)
+            return False
+        slot.tokens.extend(entry.tokens[:keep])
+        return True
+
+
+class KVSlots:
+    """The slots of one context: ``llama_cpp`` (the bindings), the context ``ctx``, ``count``
+    sequences, ``n_ctx`` cells shared by all, and the prompts saved in memory."""
+
+    def __init__(self, llama_cpp: Any, ctx: Any, count: int, n_ctx: int,
+                 saved_bytes: int = SAVED_BYTES) -> None:
+        self._c = llama_cpp
+        self._memory = llama_cpp.llama_get_memory(ctx)
         self.slots = [Slot(i, []) for i in range(count)]
         self.n_ctx = n_ctx
+        self.saved = SavedPrompts(llama_cpp, ctx, self._memory, saved_bytes)
 
-    def any_free(self) -> bool:
-        return any(not s.busy for s in self.slots)
+    def free(self) -> int:
+        return sum(not s.busy for s in self.slots)
 
     def claim(self, prompt: list[int]) -> Slot | None:
         """A free slot for ``prompt`` (``pick_slot``), marked busy; None when all are busy."""
@@ -61,11 +136,17 @@ class KVSlots:
         slot.used_at = time.monotonic()
 
     def reuse(self, slot: Slot, prompt: list[int]) -> int:
-        """Keep what ``slot`` holds of ``prompt`` (or copy a longer prefix from another slot)
-        and drop the rest; returns how many of the prompt's tokens are cached (at most all but
-        the last, whose logits the first step needs)."""
+        """Keep what ``slot`` holds of ``prompt`` (or copy a longer prefix from another slot,
+        or from the saved prompts) and drop the rest; returns how many of the prompt's tokens
+        are cached (at most all but the last, whose logits the first step needs)."""
         keep = min(_common(slot.tokens, prompt), len(prompt) - 1)
         donor, shared = self._best_prefix(slot, prompt)
+        entry, stored = self.saved.best(prompt)
+        if entry is not None and stored > max(keep, shared) + SHARE_MIN_TOKENS:
+            if self.saved.restore(entry, slot, stored):
+                log.debug("slot %d: %d tokens from a saved prompt", slot.id, stored)
+                return stored
+            keep = 0  # the slot was emptied
         if donor is not None and shared > keep + SHARE_MIN_TOKENS:
             self._c.llama_memory_seq_rm(self._memory, slot.id, -1, -1)
             self._c.llama_memory_seq_cp(self._memory, donor.id, slot.id, 0, shared)

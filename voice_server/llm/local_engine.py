@@ -33,6 +33,12 @@ The engine shares 2 cores with speech-to-text and text-to-speech (the compute po
   token, p50, 1 -> 2 threads: SmolLM2-135M 12.0 -> 8.0 ms, Qwen2.5-Coder-0.5B 31.8 -> 20.3 ms,
   -1.5B 51.6 -> 35.8 ms on a 2-core AMD EPYC).
 
+A request may be *prompt only* (``SamplingParams.prompt_only``: a playbook's stage prompts,
+computed before a call needs them): it runs only when no answer can step and the pool is idle,
+``BACKGROUND_CHUNK`` tokens a step (a question that arrives waits for one such step), one at a
+time, and gives its slot up to a question that finds none free; its prompt's cache is then
+saved in memory (``kv_slots.SavedPrompts``) and it ends with no text.
+
 Everything touching the context runs on the engine thread (admission, tokenizing, decoding,
 sampling); readers only enqueue, cancel, and give back hand-off credit.
 """
@@ -59,6 +65,7 @@ __all__ = ["GIVE_WAY_S", "Generation", "LlamaEngine", "OtherWork", "SamplingPara
 
 GIVE_WAY_S = 0.2  # longest wait of a later-tokens step for urgent STT/TTS work
 BUSY_PROMPT_CHUNK = 4  # prompt tokens a step takes on one thread while the pool works
+BACKGROUND_CHUNK = 16  # prompt tokens a step of a prompt-only request takes (~0.15 s, 1.5B)
 
 
 class OtherWork(Protocol):
@@ -87,6 +94,7 @@ class SamplingParams:
     # an answer written in parts: when ``grammar`` is complete, each (text, grammar) pair gives
     # the text that follows (read, not generated) and the grammar of the part after it
     segments: tuple[tuple[str, str], ...] = ()
+    prompt_only: bool = False  # compute the prompt's cache and save it; answer nothing
 
 
 class Generation:
@@ -110,6 +118,7 @@ class Generation:
         self.sampler: Any = None
         self.text = StopText(params.stop)
         self.segments = list(params.segments)  # parts still to write (SamplingParams.segments)
+        self.background = params.prompt_only
         self.finished = False
 
 
@@ -134,8 +143,7 @@ class LlamaEngine:
         self._vocab = llama_cpp.llama_model_get_vocab(llama_model(llama).model)
         self._n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx.ctx))  # shared by all slots
-        self._kv = KVSlots(llama_cpp, llama_cpp.llama_get_memory(self._ctx.ctx), slots,
-                           self.n_ctx)
+        self._kv = KVSlots(llama_cpp, self._ctx.ctx, slots, self.n_ctx)
         self._n_batch = n_batch
         self._ahead = ahead
         self._urgent = urgent_tokens
@@ -212,22 +220,36 @@ class LlamaEngine:
                 self._admit(gen, slot)
             with self._cond:
                 group, urgent = self._choose()
-                if group and not urgent and self._give_way():
-                    self._cond.wait(0.005)
+                if not group or not urgent and self._give_way():
+                    self._cond.wait(0.005 if group else 0.02)  # (a prompt-only one waits)
                     continue
-            if group:
-                threads, timed = self._use_threads(group, urgent)
-                with self.model_lock:
-                    started = time.perf_counter()
-                    self._step(group, BUSY_PROMPT_CHUNK if threads < self._n_threads
-                               and not self.thread_choice.narrow else self._n_batch)
-                    if timed:
-                        self.thread_choice.timed(threads, time.perf_counter() - started)
+            threads, timed = self._use_threads(group, urgent)
+            chunk = (BACKGROUND_CHUNK if group[0][0].background else BUSY_PROMPT_CHUNK
+                     if threads < self._n_threads and not self.thread_choice.narrow
+                     else self._n_batch)
+            with self.model_lock:
+                started = time.perf_counter()
+                self._step(group, chunk)
+                if timed:
+                    self.thread_choice.timed(threads, time.perf_counter() - started)
 
     def _ready(self) -> bool:
-        if self._waiting and self._kv.any_free():
+        if self._next_waiting() is not None:
             return True
         return any(self._runnable(g) for g in self._active)
+
+    def _next_waiting(self) -> Generation | None:
+        """The request to admit next (called locked): a question first, taking the slot of a
+        prompt-only request when none is free; a prompt-only one alone, leaving a slot free."""
+        front = next((g for g in self._waiting if not g.background), None)
+        if front is not None:
+            if self._kv.free() or any(g.background for g in self._active):
+                return front
+            return None
+        if self._waiting and self._kv.free() >= 2 and not any(g.background
+                                                               for g in self._active):
+            return self._waiting[0]
+        return None
 
     def _runnable(self, gen: Generation) -> bool:
         return not gen.finished and gen.slot is not None and (
@@ -237,9 +259,11 @@ class LlamaEngine:
         """Give waiting requests a free slot each (called with the lock held; a prompt of a
         few hundred tokens takes ~1 ms to format and tokenize)."""
         claimed = []
-        while self._waiting and self._kv.any_free():
-            gen = self._waiting.popleft()
-            if not self._tokenize(gen):
+        while (gen := self._next_waiting()) is not None:
+            if not self._kv.free():  # a question takes a prompt-only request's slot
+                self._put_back(next(g for g in self._active if g.background))
+            self._waiting.remove(gen)
+            if not gen.prompt and not self._tokenize(gen):
                 continue
             slot = self._kv.claim(gen.prompt)
             assert slot is not None  # one was free, under the lock
@@ -247,6 +271,13 @@ class LlamaEngine:
             self._active.append(gen)
             claimed.append((gen, slot))
         return claimed
+
+    def _put_back(self, gen: Generation) -> None:
+        """Return a prompt-only request to the queue (its tokens computed so far stay in the
+        slot's cache for its next try, unless the question takes them)."""
+        self._release(gen)
+        gen.pending = []
+        self._waiting.append(gen)
 
     def _tokenize(self, gen: Generation) -> bool:
         try:
@@ -277,6 +308,8 @@ class LlamaEngine:
         gen.pending = gen.prompt[keep:]
         log.debug("slot %d: prompt of %d tokens, %d cached", slot.id, len(gen.prompt), keep)
         gen.max_tokens = min(gen.params.max_tokens, self.n_ctx - len(gen.prompt))
+        if gen.background:  # nothing is sampled
+            return
         try:
             gen.sampler = sampler(gen.params, llama_model(self._llama), self._trigger_tokens)
         except Exception as exc:  # a grammar llama.cpp does not accept
@@ -287,8 +320,11 @@ class LlamaEngine:
         """First piece first: answers still in their first tokens go alone (called locked).
         Returns the group and whether it is urgent."""
         runnable = [g for g in self._active if self._runnable(g)]
-        urgent = [g for g in runnable if g.produced < self._urgent]
-        return [(g, g.slot) for g in urgent or runnable if g.slot is not None], bool(urgent)
+        front = [g for g in runnable if not g.background]
+        urgent = [g for g in front if g.produced < self._urgent]
+        if not front and (self._others is None or not self._others.running_jobs):
+            front = runnable[:1]  # a prompt-only request, when nothing else would run
+        return [(g, g.slot) for g in urgent or front if g.slot is not None], bool(urgent)
 
     def _give_way(self) -> bool:
         """Should a later-tokens step wait for the pool's urgent work (module docstring)?"""
@@ -345,7 +381,7 @@ class LlamaEngine:
             slot.tokens.extend(feed)
             if gen.pending:
                 gen.pending = gen.pending[len(feed):]
-            if not gen.pending:
+            if not gen.pending and not gen.background:
                 b.logits[b.n_tokens - 1] = True
                 outputs.append((gen, b.n_tokens - 1))
         self._kv.make_room()
@@ -360,6 +396,10 @@ class LlamaEngine:
                 self._kv.forget(slot)
                 self._finish(gen, error=error)
             return
+        for gen, slot in group:
+            if gen.background and not gen.pending and not gen.finished:
+                self._kv.saved.save(slot)
+                self._finish(gen)
         for gen, index in outputs:
             if gen.finished:  # cancelled during the step
                 gen.sampler = None  # freed here, on the thread that samples with it

@@ -134,7 +134,10 @@ def build_systems(args: argparse.Namespace, llm_url: str, model: str, *,
     systems = [System("ours", [sys.executable, "bench/_ours_proc.py",
                                json.dumps(ours_settings)], llm_url)]
     if embedded:
-        own = {"port": 0, **loopback, "llm_max_tokens": 60, **overrides}
+        # no playbook is used: the playbooks' prompts computed ahead after start would share
+        # the cores with the first turns (steady state is measured; docs/performance.md)
+        own = {"port": 0, **loopback, "llm_max_tokens": 60, "warm_playbooks": False,
+               **overrides}
         systems.append(System("ours_embedded", [sys.executable, "bench/_ours_proc.py",
                                                 json.dumps(own)], llm_url))
     if args.pipecat_python:

@@ -16,6 +16,9 @@ TIME_FACTOR = float(os.environ.get("VOICE_TEST_TIME_FACTOR", "1"))
 # cores. Servers started by tests inherit this; the test of the default's answers
 # (tests/integration/test_quality_bench.py) removes it.
 os.environ.setdefault("VOICE_SERVER_LLM_PROFILE", "tiny")
+# Nor do they have the model compute every bundled playbook's prompts after start (CPU the
+# tests' own turns need); tests/integration/test_warm_playbooks.py turns it on.
+os.environ.setdefault("VOICE_SERVER_WARM_PLAYBOOKS", "false")
 
 
 def scaled(seconds: float) -> float:

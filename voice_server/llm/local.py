@@ -103,6 +103,59 @@ class LocalLlamaProvider:
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         self._check_model(request)
+        messages, params, tools, splitter, opening = self._prepare(request)
+        if opening:  # read, not generated: part of the answer all the same
+            yield StreamEvent(text=opening)
+        try:
+            stream = await self.worker.open_stream("generate", messages, params, tools)
+        except WorkerError as exc:
+            raise self._map(exc) from exc
+        try:
+            while True:
+                try:
+                    item = await stream.get()
+                except WorkerError as exc:
+                    raise self._map(exc) from exc
+                if isinstance(item, str):
+                    self.worker.tell("consumed", stream.rid)
+                    if text := splitter.feed(item) if splitter else item:
+                        yield StreamEvent(text=text)
+                    continue
+                if splitter is not None and isinstance(item, StreamEvent):
+                    if rest := splitter.flush():
+                        yield StreamEvent(text=rest)
+                    if calls := splitter.calls():
+                        item = dataclasses.replace(item, finish_reason="tool_calls",
+                                                   tool_calls=tuple(calls))
+                yield item
+                return
+        finally:
+            stream.close()
+            self.worker.tell("cancel", stream.rid)
+
+    async def warm(self, request: ChatRequest) -> None:
+        """Compute the prompt ``request`` would have, when the model has nothing else to do,
+        and keep its cache in memory: a request that starts the same way (a playbook stage's
+        instructions and tools) then pays only for the rest (local_engine.py)."""
+        self._check_model(request)
+        messages, params, tools, _, _ = self._prepare(request)
+        params = dataclasses.replace(params, prompt_only=True)
+        try:
+            stream = await self.worker.open_stream("generate", messages, params, tools)
+            try:
+                while not isinstance(await stream.get(), StreamEvent):
+                    pass
+            finally:
+                stream.close()
+                self.worker.tell("cancel", stream.rid)
+        except WorkerError as exc:
+            raise self._map(exc) from exc
+
+    def _prepare(self, request: ChatRequest) -> tuple[
+            list[dict[str, Any]], SamplingParams, list[dict[str, Any]] | None,
+            ToolCallSplitter | None, str]:
+        """The worker's arguments for ``request``: messages, sampling, tools; and the reader's
+        side: the splitter of tool calls, and the answer's given opening (JSON)."""
         kw = self._kwargs(request)
         stop = kw.get("stop") or ()
         params = SamplingParams(temperature=kw["temperature"], max_tokens=kw["max_tokens"],
@@ -128,34 +181,7 @@ class LocalLlamaProvider:
                 params = dataclasses.replace(params, prefix=prefix, grammar=grammar)
                 assert splitter is not None
                 splitter.feed(prefix)
-        if opening:  # read, not generated: part of the answer all the same
-            yield StreamEvent(text=opening)
-        try:
-            stream = await self.worker.open_stream("generate", kw["messages"], params, tools)
-        except WorkerError as exc:
-            raise self._map(exc) from exc
-        try:
-            while True:
-                try:
-                    item = await stream.get()
-                except WorkerError as exc:
-                    raise self._map(exc) from exc
-                if isinstance(item, str):
-                    self.worker.tell("consumed", stream.rid)
-                    if text := splitter.feed(item) if splitter else item:
-                        yield StreamEvent(text=text)
-                    continue
-                if splitter is not None and isinstance(item, StreamEvent):
-                    if rest := splitter.flush():
-                        yield StreamEvent(text=rest)
-                    if calls := splitter.calls():
-                        item = dataclasses.replace(item, finish_reason="tool_calls",
-                                                   tool_calls=tuple(calls))
-                yield item
-                return
-        finally:
-            stream.close()
-            self.worker.tell("cancel", stream.rid)
+        return kw["messages"], params, tools, splitter, opening
 
     async def complete(self, request: ChatRequest) -> ChatResult:
         """The streamed answer, collected (tool calls included)."""

@@ -35,9 +35,13 @@ The engine shares 2 cores with speech-to-text and text-to-speech (the compute po
 
 A request may be *prompt only* (``SamplingParams.prompt_only``: a playbook's stage prompts,
 computed before a call needs them): it runs only when no answer can step and the pool is idle,
-``BACKGROUND_CHUNK`` tokens a step (a question that arrives waits for one such step), one at a
-time, and gives its slot up to a question that finds none free; its prompt's cache is then
-saved in memory (``kv_slots.SavedPrompts``) and it ends with no text.
+``BACKGROUND_CHUNK`` tokens a step, one at a time, and gives its slot up to a question that
+finds none free; its prompt's cache is then saved in memory (``kv_slots.SavedPrompts``) and it
+ends with no text. A step under way is not interrupted: the server asks for such prompts only
+while no call is live (server/warm.py). During calls, steps on two threads collided with
+speech-to-text starting and took seconds, and the question after them waited (voice-to-voice
+p95 2.8-3.2 s instead of 1.2-1.3 s); on one thread, 8 tokens a step, turns were still ~0.2 s
+slower at p95 and three playbooks took 3 minutes.
 
 Everything touching the context runs on the engine thread (admission, tokenizing, decoding,
 sampling); readers only enqueue, cancel, and give back hand-off credit.
@@ -65,7 +69,7 @@ __all__ = ["GIVE_WAY_S", "Generation", "LlamaEngine", "OtherWork", "SamplingPara
 
 GIVE_WAY_S = 0.2  # longest wait of a later-tokens step for urgent STT/TTS work
 BUSY_PROMPT_CHUNK = 4  # prompt tokens a step takes on one thread while the pool works
-BACKGROUND_CHUNK = 16  # prompt tokens a step of a prompt-only request takes (~0.15 s, 1.5B)
+BACKGROUND_CHUNK = 32  # prompt tokens a step of a prompt-only request takes (~0.3 s, 1.5B)
 
 
 class OtherWork(Protocol):

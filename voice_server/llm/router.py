@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from .errors import LLMTimeout, ModelNotFound
-from .types import ChatRequest, ChatResult, LLMProvider, StreamEvent
+from .types import ChatRequest, ChatResult, LLMProvider, StreamEvent, WarmsPrompts
 
 __all__ = ["LLMRouter", "stream_text", "stream_within"]
 
@@ -65,6 +65,15 @@ class LLMRouter:
     async def complete(self, request: ChatRequest) -> ChatResult:
         provider, routed = self._routed(request)
         return await provider.complete(routed)
+
+    async def warm(self, request: ChatRequest) -> bool:
+        """Have the provider compute ``request``'s prompt ahead, when it can (``WarmsPrompts``:
+        the embedded model); returns whether it did."""
+        provider, routed = self._routed(request)
+        if not isinstance(provider, WarmsPrompts):
+            return False
+        await provider.warm(routed)
+        return True
 
     def supports_vision(self, model: str | None = None) -> bool:
         return self.resolve(model)[0].supports_vision

@@ -20,6 +20,7 @@ __all__ = [
     "StreamEvent",
     "ToolCall",
     "Usage",
+    "WarmsPrompts",
     "tool_arguments",
 ]
 
@@ -108,6 +109,15 @@ class LoadsModel(Protocol):
     of on the first request. A remote endpoint has nothing to load."""
 
     async def load(self) -> None: ...
+
+
+@runtime_checkable
+class WarmsPrompts(Protocol):
+    """A provider that can compute a prompt before a request needs it (the embedded one, while
+    it has nothing else to do): ``warm`` returns when the prompt's cache is kept. A remote
+    endpoint keeps its own cache, and is not called ahead."""
+
+    async def warm(self, request: ChatRequest) -> None: ...
 
 
 def tool_arguments(call: ToolCall) -> dict[str, Any]:

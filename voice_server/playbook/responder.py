@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import time
@@ -52,7 +53,7 @@ from ..llm import (
 from ..pipeline.turn import DEFAULT_WINDOW, HistoryWindow, TurnContext, llm_messages
 from ..protocol import StageChange, ToolCallEnd, ToolCallStart
 from .collect import FactSheet
-from .engine import TRANSITION_TOOL, Decision, Engine, PlaybookState, ToolEvent
+from .engine import TRANSITION_TOOL, Decision, Engine, PlaybookState, StagePlan, ToolEvent
 from .schema import Playbook
 from .tools import ToolOutcome, ToolRunner
 
@@ -183,25 +184,12 @@ class PlaybookResponder:
         for round_no in range(rounds + 1):
             final = round_no == rounds
             plan = self.engine.plan(st, first_round=round_no == 0)
-            offered = [*plan.tools, *([fallback[1]] if fallback and fallback[0] == st.stage
-                                      else [])]
-            specs = [] if final else self._tools.specs(offered)
-            if plan.transition_tool is not None and not final:
-                specs.append(plan.transition_tool)
+            extra = [fallback[1]] if fallback and fallback[0] == st.stage else []
             history = llm_messages(ctx.history[st.history_from:], self._history)
-            messages = [*([{"role": "system", "content": plan.system_prompt}]
-                          if plan.system_prompt else []), *history,
-                        *([{"role": "system", "content": plan.context}] if plan.context else []),
-                        ctx.user_message, *turn_msgs]
+            turn = [ctx.user_message, *turn_msgs]
             if final and turn_msgs:
-                messages.append({"role": "system", "content": FINAL_NUDGE})
-            model, temperature, max_tokens = self._defaults
-            request = ChatRequest(messages=messages, model=plan.model or model,
-                                  temperature=_first(plan.temperature, temperature),
-                                  max_tokens=plan.max_tokens or max_tokens,
-                                  tools=specs or None,
-                                  tool_choice=plan.tool_choice if specs else None,
-                                  timeout_s=self._timeout_s)
+                turn.append({"role": "system", "content": FINAL_NUDGE})
+            request = self._stage_request(plan, history, turn, extra, final=final)
             last: list[StreamEvent] = []
             spoken: list[str] = []
             async with contextlib.aclosing(stream_text(
@@ -217,6 +205,26 @@ class PlaybookResponder:
             says = await self._tool_round(ctx, st, calls, "".join(spoken), turn_msgs)
             for say in says:
                 yield say
+
+    def _stage_request(self, plan: StagePlan, history: list[dict[str, Any]],
+                       turn: list[dict[str, Any]], extra_tools: list[str], *,
+                       final: bool) -> ChatRequest:
+        """The stage's answer: its instructions and tools (the same for every session: the
+        prompt's prefix), the ``history``, what this session knows (``plan.context``), then
+        this ``turn`` (the user's message, the tool exchange so far); no tools when ``final``."""
+        specs = [] if final else self._tools.specs([*plan.tools, *extra_tools])
+        if plan.transition_tool is not None and not final:
+            specs.append(plan.transition_tool)
+        messages = [*([{"role": "system", "content": plan.system_prompt}]
+                      if plan.system_prompt else []), *history,
+                    *([{"role": "system", "content": plan.context}] if plan.context else []),
+                    *turn]
+        model, temperature, max_tokens = self._defaults
+        return ChatRequest(messages=messages, model=plan.model or model,
+                           temperature=_first(plan.temperature, temperature),
+                           max_tokens=plan.max_tokens or max_tokens, tools=specs or None,
+                           tool_choice=plan.tool_choice if specs else None,
+                           timeout_s=self._timeout_s)
 
     async def _tool_round(self, ctx: TurnContext, st: PlaybookState,
                           calls: tuple[ToolCall, ...], spoken: str,
@@ -266,10 +274,7 @@ class PlaybookResponder:
         as in a stage without ``collect``."""
         asked = next((str(m["content"]) for m in reversed(ctx.history[st.history_from:])
                       if m.get("role") == "assistant" and m.get("content")), None)
-        request = ChatRequest(messages=sheet.note_messages(asked, text),
-                              model=self.engine.plan(st, first_round=True).model,
-                              temperature=0.0, max_tokens=48 + 24 * len(sheet.properties),
-                              response_format=sheet.note_format(), timeout_s=self._timeout_s)
+        request = self._note_request(st, sheet, asked, text)
         noted: dict[str, Any] = {}
         try:
             result = await self._router.complete(request)
@@ -364,21 +369,7 @@ class PlaybookResponder:
     async def _classify(self, st: PlaybookState, ctx: TurnContext, text: str,
                         intents: list[str]) -> str | None:
         """Ask the LLM which intent the user turn expresses (``none`` when no intent fits)."""
-        described = "\n".join(f"- {n}: {self.playbook.intents.get(n, '')}" for n in intents)
-        prompt = (self.playbook.globals.intent_prompt or
-                  "Classify the user's last message. Answer with the intent that fits, or "
-                  "'none'.") + "\nIntents:\n" + described
-        tool = {"type": "function", "function": {
-            "name": INTENT_TOOL, "description": "Report the intent of the user's message.",
-            "parameters": {"type": "object", "properties": {
-                "intent": {"type": "string", "enum": [*intents, "none"]}},
-                "required": ["intent"]}}}
-        request = ChatRequest(messages=[{"role": "system", "content": prompt},
-                                        {"role": "user", "content": text}],
-                              model=self.engine.plan(st, first_round=True).model,
-                              temperature=0.0, max_tokens=40, tools=[tool],
-                              tool_choice={"type": "function", "function": {"name": INTENT_TOOL}},
-                              timeout_s=self._timeout_s)
+        request = self._intent_request(st, text, intents)
         try:
             result = await self._router.complete(request)
         except LLMError as exc:
@@ -392,6 +383,49 @@ class PlaybookResponder:
         answer = result.text.lower()
         found = [n for n in intents if n.lower() in answer]
         return found[0] if len(found) == 1 else None
+
+    def _intent_request(self, st: PlaybookState, text: str, intents: list[str]) -> ChatRequest:
+        described = "\n".join(f"- {n}: {self.playbook.intents.get(n, '')}" for n in intents)
+        prompt = (self.playbook.globals.intent_prompt or
+                  "Classify the user's last message. Answer with the intent that fits, or "
+                  "'none'.") + "\nIntents:\n" + described
+        tool = {"type": "function", "function": {
+            "name": INTENT_TOOL, "description": "Report the intent of the user's message.",
+            "parameters": {"type": "object", "properties": {
+                "intent": {"type": "string", "enum": [*intents, "none"]}},
+                "required": ["intent"]}}}
+        return ChatRequest(messages=[{"role": "system", "content": prompt},
+                                     {"role": "user", "content": text}],
+                           model=self.engine.plan(st, first_round=True).model,
+                           temperature=0.0, max_tokens=40, tools=[tool],
+                           tool_choice={"type": "function", "function": {"name": INTENT_TOOL}},
+                           timeout_s=self._timeout_s)
+
+    def _note_request(self, st: PlaybookState, sheet: FactSheet, asked: str | None,
+                      text: str) -> ChatRequest:
+        return ChatRequest(messages=sheet.note_messages(asked, text),
+                           model=self.engine.plan(st, first_round=True).model,
+                           temperature=0.0, max_tokens=48 + 24 * len(sheet.properties),
+                           response_format=sheet.note_format(), timeout_s=self._timeout_s)
+
+    def warm_requests(self) -> list[ChatRequest]:
+        """A request of each kind a stage makes (intent, facts, answer), with a user's "Hello."
+        as the turn: their prompts start as a call's will, so a model that computes them ahead
+        (``LLMRouter.warm``, server/warm.py) answers a stage's first turn as quickly as its
+        later ones. The first stage comes first."""
+        pb, now = self.playbook, self._clock()
+        hello = "Hello."
+        out = []
+        for name in sorted(pb.stages, key=lambda n: n != pb.initial_stage):
+            st = dataclasses.replace(self.engine.initial_state(now), stage=name)
+            if intents := self.engine.needs_intent(st):
+                out.append(self._intent_request(st, hello, intents))
+            if (sheet := self.engine.sheets.get(name)) is not None:
+                out.append(self._note_request(st, sheet, None, hello))
+            out.append(self._stage_request(self.engine.plan(st, first_round=True), [],
+                                           [{"role": "user", "content": hello}], [],
+                                           final=False))
+        return out
 
     def _save(self, ctx: TurnContext, st: PlaybookState) -> None:
         ctx.state.update(st.to_dict())

@@ -42,6 +42,7 @@ from .http import HttpRoutes
 from .limits import Admission, MemoryBudget
 from .rtc import rtc_factory
 from .sessions import InMemorySessionStore, Session, SessionStore
+from .warm import PromptWarmer
 from .websocket import ServerWebSocket
 
 if TYPE_CHECKING:
@@ -99,6 +100,7 @@ class VoiceServer:
         self.playbooks = (PlaybookRegistry(self.playbooks_folder)
                           if self.playbooks_folder.is_dir() else None)
         self._playbook_responders: dict[tuple[str, int], PlaybookResponder] = {}
+        self.warmer = PromptWarmer(self.router, lambda: bool(self.live or self._sockets))
         self.sidecars: dict[str, dict[str, str]] = {}
         self.phone: Any = None  # PhoneEndpoint when phone calls are on
         self._stack = contextlib.AsyncExitStack()
@@ -129,6 +131,11 @@ class VoiceServer:
         self._check_named_playbooks()
         if self.settings.preload_models:
             await self.load_models()
+            if self.settings.warm_playbooks and self.playbooks is not None:
+                named = [n for n in (self.settings.default_playbook,
+                                     self.settings.phone_playbook) if n]
+                for playbook_id in dict.fromkeys([*named, *self.playbooks.ids()]):
+                    self._playbook_responder(playbook_id)  # its prompts, computed ahead
         if self.settings.sidecars:
             from ..adapters.launch import launch_sidecars
 
@@ -213,6 +220,7 @@ class VoiceServer:
             await conn.close()
         await self._stack.aclose()
         await self.sessions.aclose()
+        await self.warmer.aclose()
         if self.playbooks is not None:
             await self.playbooks.aclose()
         for responder in self._playbook_responders.values():
@@ -344,6 +352,11 @@ class VoiceServer:
         playbook_id = session.meta.get("playbook")
         if not playbook_id or not self.playbook_known(playbook_id):
             return self._responder
+        return self._playbook_responder(playbook_id)
+
+    def _playbook_responder(self, playbook_id: str) -> PlaybookResponder:
+        """The responder of the playbook's current version; a new one has the model compute
+        its stages' prompts ahead while no call is live (``warm_playbooks``, warm.py)."""
         assert self.playbooks is not None
         key = (playbook_id, self.playbooks.version)
         responder = self._playbook_responders.get(key)
@@ -356,6 +369,8 @@ class VoiceServer:
                 history=self.history_window, timeout_s=s.llm_timeout_s,
                 model=s.llm_model, temperature=s.llm_temperature, max_tokens=s.llm_max_tokens)
             self._playbook_responders[key] = responder
+            if s.warm_playbooks:
+                self.warmer.add(responder)
         return responder
 
     def greeting_for(self, session: Session) -> str | None:

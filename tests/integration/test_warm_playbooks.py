@@ -1,0 +1,61 @@
+"""After start, the embedded model computes every served playbook's stage prompts while no call
+is live (``warm_playbooks``, server/warm.py), the playbook a setting names first; a connection
+stops it, and it goes on after. (The rest of the suite runs with it off: tests/conftest.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+import websockets
+
+from tests.conftest import scaled
+from tests.integration.conftest import Client, ws_url
+from voice_server.config import load_settings
+from voice_server.playbook import PlaybookResponder
+from voice_server.server.app import VoiceServer
+
+pytestmark = pytest.mark.slow
+PLAYBOOKS = ("support", "appointments", "restaurant")  # the named one, then by id
+
+
+class Lines(logging.Handler):
+    """The server's "prompts computed ahead" lines; ``all_in`` is set at the last one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+        self.all_in = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "prompts computed ahead" in (line := record.getMessage()):
+            self.lines.append(line)
+            if len(self.lines) == len(PLAYBOOKS):
+                self.all_in.set()
+
+
+async def test_every_served_playbook_is_computed_ahead_named_first() -> None:
+    lines = Lines()
+    logger = logging.getLogger("voice_server.server.warm")
+    logger.addHandler(lines)
+    logger.setLevel(logging.INFO)
+    settings = load_settings(port=0, warm_playbooks=True, default_playbook="support")
+    try:
+        async with VoiceServer(settings) as server:
+            async with websockets.connect(ws_url(server)) as ws:  # it waits for this call
+                client = Client(ws)
+                await client.recv()  # ready
+                await client.send({"type": "user-text", "text": "Hello, my internet is down."})
+                seen = await client.until("tts-complete", timeout=120)
+                assert not [m for m in seen if m["type"] == "error"], seen
+            await asyncio.wait_for(lines.all_in.wait(), scaled(180))
+            wanted = {}
+            for pid in PLAYBOOKS:
+                async with PlaybookResponder(server.playbooks.get(pid), server.router) as pb:
+                    wanted[pid] = len(pb.warm_requests())
+    finally:
+        logger.removeHandler(lines)
+        logger.setLevel(logging.NOTSET)
+    assert [line.split("'")[1] for line in lines.lines] == list(wanted)
+    assert [int(line.split(": ")[1].split()[0]) for line in lines.lines] == list(wanted.values())

@@ -1,0 +1,82 @@
+"""Playbooks' stage prompts computed ahead, while no call is live (``Settings.warm_playbooks``).
+
+Each stage's requests start with its instructions and tools, the same for every call; the
+embedded model keeps their caches in memory once computed (``llm/kv_slots.SavedPrompts``), so
+a call's first turn in a stage does not compute them (~2.5 s for a 300-token prompt of the 1.5B
+model on 2 cores). The work runs only while no call is live: a step of it under way is not
+interrupted, and beside a call's speech-to-text such steps took seconds (local_engine.py). A
+call that starts meanwhile stops the request in progress; it is asked again once the server is
+free. A remote endpoint is never called ahead (``LLMRouter.warm``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from ..llm import LLMError, LLMRouter
+from ..llm.types import ChatRequest
+from ..playbook import PlaybookResponder
+
+__all__ = ["PromptWarmer"]
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.1  # how often a request in progress checks for a call
+
+
+class PromptWarmer:
+    """Computes the ``warm_requests`` of each playbook responder ``add``-ed, one playbook after
+    the other in the order given, while ``calls_live()`` is False. ``aclose`` stops it."""
+
+    def __init__(self, router: LLMRouter, calls_live: Callable[[], bool]) -> None:
+        self._router = router
+        self._calls_live = calls_live
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._turn = asyncio.Lock()
+
+    def add(self, responder: PlaybookResponder) -> None:
+        task = asyncio.get_running_loop().create_task(self._playbook(responder))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._tasks)
+
+    async def aclose(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _playbook(self, responder: PlaybookResponder) -> None:
+        async with self._turn:
+            started, done = time.monotonic(), 0
+            for request in responder.warm_requests():
+                try:
+                    done += await self._one(request)
+                except LLMError as exc:
+                    log.info("playbook %r: computing its prompts ahead stopped: %s",
+                             responder.playbook.id, exc)
+                    return
+            if done:
+                log.info("playbook %r: %d prompts computed ahead in %.1f s",
+                         responder.playbook.id, done, time.monotonic() - started)
+
+    async def _one(self, request: ChatRequest) -> bool:
+        """Whether the model computed ``request``'s prompt (False: it does not compute ahead)."""
+        while True:
+            # polled: calls come and go through many paths (WebSocket, WebRTC, phone)
+            while self._calls_live():  # noqa: ASYNC110
+                await asyncio.sleep(5 * POLL_S)
+            task = asyncio.ensure_future(self._router.warm(request))
+            while not task.done() and not self._calls_live():
+                await asyncio.wait({task}, timeout=POLL_S)
+            if task.done():
+                return task.result()
+            task.cancel()  # a call started: it has the model now
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -5,8 +5,9 @@ embedded model keeps their caches in memory once computed (``llm/kv_slots.SavedP
 a call's first turn in a stage does not compute them (~2.5 s for a 300-token prompt of the 1.5B
 model on 2 cores). The work runs only while no call is live: a step of it under way is not
 interrupted, and beside a call's speech-to-text such steps took seconds (local_engine.py). A
-call that starts meanwhile stops the request in progress; it is asked again once the server is
-free. A remote endpoint is never called ahead (``LLMRouter.warm``).
+call that starts meanwhile stops the request in progress; it is asked again once no call has
+been live for ``FREE_S`` (a page reloaded, a client's next session: calls often follow each
+other). A remote endpoint is never called ahead (``LLMRouter.warm``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ __all__ = ["PromptWarmer"]
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.1  # how often a request in progress checks for a call
+POLL_S = 0.1  # how often the work checks for a call
+FREE_S = 2.0  # no call for this long before the work goes on (calls often follow each other)
 
 
 class PromptWarmer:
@@ -37,6 +39,7 @@ class PromptWarmer:
         self._calls_live = calls_live
         self._tasks: set[asyncio.Task[None]] = set()
         self._turn = asyncio.Lock()
+        self._live_at = -FREE_S  # when a call was last seen live (loop time)
 
     def add(self, responder: PlaybookResponder) -> None:
         task = asyncio.get_running_loop().create_task(self._playbook(responder))
@@ -69,14 +72,24 @@ class PromptWarmer:
     async def _one(self, request: ChatRequest) -> bool:
         """Whether the model computed ``request``'s prompt (False: it does not compute ahead)."""
         while True:
-            # polled: calls come and go through many paths (WebSocket, WebRTC, phone)
-            while self._calls_live():  # noqa: ASYNC110
-                await asyncio.sleep(5 * POLL_S)
+            await self._free()
             task = asyncio.ensure_future(self._router.warm(request))
             while not task.done() and not self._calls_live():
                 await asyncio.wait({task}, timeout=POLL_S)
             if task.done():
                 return task.result()
+            self._live_at = asyncio.get_running_loop().time()
             task.cancel()  # a call started: it has the model now
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+    async def _free(self) -> None:
+        """Return once no call has been live for ``FREE_S`` (polled: calls come and go through
+        many paths: WebSocket, WebRTC, phone)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            if self._calls_live():
+                self._live_at = loop.time()
+            elif loop.time() - self._live_at >= FREE_S:
+                return
+            await asyncio.sleep(POLL_S)

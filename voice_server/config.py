@@ -293,8 +293,9 @@ class Settings(BaseSettings):
     default_playbook: str | None = Field(None, description="playbook id used when a connection "
                                          "names none (?playbook=ID on the WebSocket URL)")
     warm_playbooks: bool = Field(True, description="have the embedded model compute the served "
-                                 "playbooks' stage prompts while it is idle after start (named "
-                                 "ones first), so a stage's first turn is as quick as the next")
+                                 "playbooks' stage prompts while no call is live (after start, "
+                                 "named ones first), so a stage's first turn is as quick as the "
+                                 "next")
 
     # sidecars started beside the voice server, sharing its LLM layer
     sidecars: dict[str, dict[str, Any]] = Field(

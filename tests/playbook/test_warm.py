@@ -94,3 +94,33 @@ async def test_a_live_call_stops_the_work_until_it_ends() -> None:
     finally:
         await warmer.aclose()
         await router.aclose()
+
+
+@pytest.mark.slow
+async def test_closing_stops_the_request_under_way() -> None:
+    """The server stopping ends the request in progress too (it was left running, and failed
+    with "the llm worker is closed" as an unretrieved task exception at shutdown)."""
+    import gc
+
+    from voice_server.server.warm import PromptWarmer
+
+    loop = asyncio.get_running_loop()
+    unhandled: list[dict] = []
+    loop.set_exception_handler(lambda _loop, context: unhandled.append(context))
+    provider = LocalLlamaProvider(n_threads=2)
+    router = LLMRouter({"local": provider}, default="local")
+    warmer = PromptWarmer(router, lambda: False)
+    try:
+        async with PlaybookResponder(load_playbook(PLAYBOOKS / "support.yaml"), router) as pb:
+            await provider.load()
+            warmer.add(pb)
+            await until(lambda: provider.busy, 30)
+            await warmer.aclose()  # the server's order: the warmer, then the models
+            await router.aclose()
+            await asyncio.sleep(0.2)
+            gc.collect()
+            await asyncio.sleep(0)
+        assert unhandled == []
+    finally:
+        loop.set_exception_handler(None)
+        await router.aclose()

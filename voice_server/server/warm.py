@@ -13,7 +13,6 @@ other). A remote endpoint is never called ahead (``LLMRouter.warm``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -74,14 +73,16 @@ class PromptWarmer:
         while True:
             await self._free()
             task = asyncio.ensure_future(self._router.warm(request))
-            while not task.done() and not self._calls_live():
-                await asyncio.wait({task}, timeout=POLL_S)
-            if task.done():
-                return task.result()
-            self._live_at = asyncio.get_running_loop().time()
-            task.cancel()  # a call started: it has the model now
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            try:
+                while not task.done() and not self._calls_live():
+                    await asyncio.wait({task}, timeout=POLL_S)
+                if task.done():
+                    return task.result()
+                self._live_at = asyncio.get_running_loop().time()
+            finally:  # a call started (it has the model now), or the server stops
+                if not task.done():
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
 
     async def _free(self) -> None:
         """Return once no call has been live for ``FREE_S`` (polled: calls come and go through

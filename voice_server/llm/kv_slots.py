@@ -24,7 +24,7 @@ import ctypes
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = ["SAVED_BYTES", "SHARE_MIN_TOKENS", "KVSlots", "SavedPrompts", "Slot", "pick_slot"]
 
@@ -82,16 +82,6 @@ class SavedPrompts:
         log.debug("slot %d: prompt of %d tokens saved (%d saved, %.1f MB)", slot.id,
                   len(tokens), len(self.entries), self.held() / 1e6)
 
-    def best(self, prompt: list[int]) -> tuple[Saved | None, int]:
-        """The saved prompt sharing the longest prefix with ``prompt``, and its length (at
-        most all but the prompt's last token)."""
-        best: tuple[Saved | None, int] = (None, 0)
-        for entry in self.entries:
-            common = min(_common(entry.tokens, prompt), len(prompt) - 1)
-            if common > best[1]:
-                best = (entry, common)
-        return best
-
     def restore(self, entry: Saved, slot: Slot, keep: int) -> bool:
         """Put the first ``keep`` tokens of ``entry`` into ``slot`` (whatever it held is
         dropped); False when llama.cpp found no room for them (the slot is then empty)."""
@@ -105,6 +95,9 @@ class SavedPrompts:
             return False
         slot.tokens.extend(entry.tokens[:keep])
         return True
+
+
+Holder = TypeVar("Holder", Slot, Saved)
 
 
 class KVSlots:
@@ -140,8 +133,8 @@ class KVSlots:
         or from the saved prompts) and drop the rest; returns how many of the prompt's tokens
         are cached (at most all but the last, whose logits the first step needs)."""
         keep = min(_common(slot.tokens, prompt), len(prompt) - 1)
-        donor, shared = self._best_prefix(slot, prompt)
-        entry, stored = self.saved.best(prompt)
+        donor, shared = _longest_prefix([s for s in self.slots if s is not slot], prompt)
+        entry, stored = _longest_prefix(self.saved.entries, prompt)
         if entry is not None and stored > max(keep, shared) + SHARE_MIN_TOKENS:
             if self.saved.restore(entry, slot, stored):
                 log.debug("slot %d: %d tokens from a saved prompt", slot.id, stored)
@@ -180,16 +173,6 @@ class KVSlots:
             self.forget(slot)
             log.debug("slot %d: cache dropped for room", slot.id)
 
-    def _best_prefix(self, slot: Slot, prompt: list[int]) -> tuple[Slot | None, int]:
-        """The other slot sharing the longest prefix with ``prompt``, and its length."""
-        best: tuple[Slot | None, int] = (None, 0)
-        for other in self.slots:
-            if other is not slot:
-                common = min(_common(other.tokens, prompt), len(prompt) - 1)
-                if common > best[1]:
-                    best = (other, common)
-        return best
-
 
 def pick_slot(free: list[Slot], prompt: list[int]) -> Slot:
     """The slot whose cache this prompt mostly continues (the same conversation: at least
@@ -201,6 +184,17 @@ def pick_slot(free: list[Slot], prompt: list[int]) -> Slot:
     if matches:
         return max(matches, key=lambda m: m[0])[1]
     return min(free, key=lambda s: s.used_at)
+
+
+def _longest_prefix(holders: list[Holder], prompt: list[int]) -> tuple[Holder | None, int]:
+    """The holder (a slot, a saved prompt) whose tokens share the longest prefix with
+    ``prompt``, and its length (at most all but the prompt's last token)."""
+    best: tuple[Holder | None, int] = (None, 0)
+    for holder in holders:
+        common = min(_common(holder.tokens, prompt), len(prompt) - 1)
+        if common > best[1]:
+            best = (holder, common)
+    return best
 
 
 def _common(a: list[int], b: list[int]) -> int:

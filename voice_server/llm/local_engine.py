@@ -122,8 +122,12 @@ class Generation:
         self.sampler: Any = None
         self.text = StopText(params.stop)
         self.segments = list(params.segments)  # parts still to write (SamplingParams.segments)
-        self.background = params.prompt_only
         self.finished = False
+
+    @property
+    def background(self) -> bool:
+        """A prompt-only request (``SamplingParams.prompt_only``)."""
+        return self.params.prompt_only
 
 
 class LlamaEngine:

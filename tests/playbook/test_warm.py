@@ -45,6 +45,8 @@ async def test_the_warm_prompts_start_as_a_turn_s_do(fake, router) -> None:
         for sent, early in ((intent, ahead[0]), (answer, ahead[1])):
             assert sent["messages"][0] == early.messages[0]
             assert sent["tools"] == early.tools
+        # its stages ask the same intents more than once: that request is computed once
+        assert len(ahead) == 7 and all(r not in ahead[:i] for i, r in enumerate(ahead))
 
 
 @pytest.mark.slow

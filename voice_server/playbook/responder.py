@@ -412,19 +412,22 @@ class PlaybookResponder:
         """A request of each kind a stage makes (intent, facts, answer), with a user's "Hello."
         as the turn: their prompts start as a call's will, so a model that computes them ahead
         (``LLMRouter.warm``, server/warm.py) answers a stage's first turn as quickly as its
-        later ones. The first stage comes first."""
+        later ones. The first stage comes first; a request two stages make alike (the same
+        intents) is listed once."""
         pb, now = self.playbook, self._clock()
         hello = "Hello."
-        out = []
+        out: list[ChatRequest] = []
         for name in sorted(pb.stages, key=lambda n: n != pb.initial_stage):
             st = dataclasses.replace(self.engine.initial_state(now), stage=name)
+            kinds = []
             if intents := self.engine.needs_intent(st):
-                out.append(self._intent_request(st, hello, intents))
+                kinds.append(self._intent_request(st, hello, intents))
             if (sheet := self.engine.sheets.get(name)) is not None:
-                out.append(self._note_request(st, sheet, None, hello))
-            out.append(self._stage_request(self.engine.plan(st, first_round=True), [],
-                                           [{"role": "user", "content": hello}], [],
-                                           final=False))
+                kinds.append(self._note_request(st, sheet, None, hello))
+            kinds.append(self._stage_request(self.engine.plan(st, first_round=True), [],
+                                             [{"role": "user", "content": hello}], [],
+                                             final=False))
+            out += [request for request in kinds if request not in out]
         return out
 
     def _save(self, ctx: TurnContext, st: PlaybookState) -> None:

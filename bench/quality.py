@@ -12,8 +12,9 @@ Booking runs: a caller books a table with the bundled `restaurant` playbook in s
 (ten callers: other names, times and party sizes). The first turn asks for a table without
 saying when: the agent must ask, not invent a time. A run succeeds when `book_table` succeeds
 (the `confirmation` stage) within six turns, with the caller's time, party size and name. Two
-callers ask for 20:00, which the playbook's tool always reports as fully booked: they then ask
-for another time, and that one must be booked.
+callers ask for 20:00, which the playbook's tool always reports as fully booked: one then asks
+for another time, the other says yes to the time the agent offers (21:00, the tool's
+alternative), and that one must be booked.
 
 Prints JSON per profile: accuracy, heard, memory, turn time (p50, mean), bookings, and every
 miss.
@@ -242,9 +243,10 @@ async def ask(ws: Any, wav: bytes, seen: list[dict[str, Any]] | None = None) -> 
 
 
 # ---- booking runs with the restaurant playbook -------------------------------------------------
-CALLERS = [  # party (spoken, number), time (spoken, HH:MM), name[, time when that one is full]
+CALLERS = [  # party (spoken, number), time (spoken, HH:MM), name[, (reply to "full", time booked)]
     ("two", 2, "seven thirty in the evening", "19:30", "Mario Rossi"),
-    ("four", 4, "eight o'clock tonight", "20:00", "Anna Smith", ("nine o'clock", "21:00")),
+    ("four", 4, "eight o'clock tonight", "20:00", "Anna Smith",
+     ("Then nine o'clock, please.", "21:00")),
     ("three", 3, "seven in the evening", "19:00", "John Baker"),
     ("six", 6, "half past eight in the evening", "20:30", "Laura Chen"),
     ("two", 2, "nine o'clock tonight", "21:00", "Peter Brown"),
@@ -252,17 +254,17 @@ CALLERS = [  # party (spoken, number), time (spoken, HH:MM), name[, time when th
     ("four", 4, "seven fifteen tonight", "19:15", "David Miller"),
     ("three", 3, "eight thirty tonight", "20:30", "Sarah Wilson"),
     ("two", 2, "six o'clock in the evening", "18:00", "James Taylor"),
-    ("eight", 8, "eight in the evening", "20:00", "Emma Davis", ("half past eight", "20:30")),
+    ("eight", 8, "eight in the evening", "20:00", "Emma Davis", ("Yes, that works.", "21:00")),
 ]
 OPENING = "Hello, I would like to book a table, please."
 FOLLOW_UPS = ("Yes, please book it.", "Please go ahead and book the table.")
 # playbooks/tools/restaurant.py: 20:00 is always fully booked, so those two callers hear "no
-# table" and then ask for another time: the run must book that one.
+# table" and then name another time or take the one offered: the run must book that one.
 
 
 def caller_lines(caller: tuple[Any, ...]) -> list[str]:
     party, _, when, _, name, *full = caller
-    other = [f"Then {full[0][0]}, please."] if full else []
+    other = [full[0][0]] if full else []
     return [OPENING, f"A table for {party} people at {when}, please.", f"My name is {name}.",
             *other, *FOLLOW_UPS]
 

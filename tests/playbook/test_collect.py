@@ -99,6 +99,28 @@ def test_noted_values_are_kept_only_when_they_hold_up(engine: Engine, noted, sai
     assert engine.sheets["booking"].accept(raw, said) == kept
 
 
+OFFER = "We are fully booked at 20:00, but 21:00 is free for four. Shall I book it?"
+
+
+@pytest.mark.parametrize(("noted", "said", "kept"), [
+    ({"time": "21:00"}, "Yes, that works.", {"time": "21:00"}),
+    ({"time": "21:00", "party_size": 4}, "Sure.", {"time": "21:00", "party_size": 4}),
+    ({"time": "21:00"}, "Okay, that\u2019s fine.", {"time": "21:00"}),
+    # a value the offer does not hold, or a no, or a name, is not taken from it
+    ({"time": "21:30", "party_size": 2}, "Yes, that works.", {}),
+    ({"time": "21:00"}, "No, that's too late.", {}),
+    ({"time": "21:00"}, "Okay, but not then.", {}),
+    ({"time": "21:00"}, "Hmm.", {}),
+    ({"name": "Anna Smith"}, "Yes.", {}),
+])
+def test_a_caller_who_says_yes_takes_the_numbers_the_agent_offered(engine: Engine, noted, said,
+                                                                  kept) -> None:
+    sheet = engine.sheets["booking"]
+    assert sheet.accept(json.dumps(noted), said, OFFER.replace("four", "four, Anna Smith")) \
+        == kept
+    assert sheet.accept(json.dumps(noted), said) == {}  # no offer: nothing to agree to
+
+
 def test_questions_follow_the_ask_order_then_the_schema(engine: Engine) -> None:
     sheet = engine.sheets["booking"]
     assert sheet.required == ["party_size", "name", "time"]

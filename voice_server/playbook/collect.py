@@ -13,7 +13,10 @@ model, runs the conversation of such a stage. On each user turn:
    be made of the caller's words; a whole number must be in the caller's message itself (its
    digits or its English words: "Then half past eight" gives no party size of 4), and a text
    with digits (a time, a date) needs a number there (digits or an English number word). A
-   value that fails is dropped, not stored: a model that fills a blank with a guess changes
+   caller who agrees ("Yes, that works.", "Sure.") to what the agent offered in its last message
+   ("fully booked at 20:00; I suggest 21:00") takes its numbers: a value is then kept when
+   that message holds it verbatim (a text) or says it (a whole number), never a name. A value
+   that fails is dropped, not stored: a model that fills a blank with a guess changes
    nothing;
 3. **act**: when every required argument is known, the engine calls the tool itself (once per set
    of values: a call that failed is not repeated until the caller changes something); otherwise
@@ -45,6 +48,11 @@ _TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
 _NAMED = {2: "couple", 12: "dozen"}
 _NUMBER_WORDS = frozenset([*_ONES, *_TENS, *_NAMED.values(),
                            *"hundred thousand half quarter noon midnight".split()])
+_AGREE = frozenset("yes yeah yep yup sure ok okay fine great perfect good works alright "
+                   "lovely deal".split())
+_REFUSE = frozenset("no nope not don't doesn't won't can't cannot isn't rather instead "
+                    "but".split())
+_WORDS_OF_TALK = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
 
 
 @dataclass(frozen=True)
@@ -113,8 +121,10 @@ class FactSheet:
         return f"{self.tool_name} ({about})" if about else self.tool_name
 
     # -- judging the answer -----------------------------------------------------------------
-    def accept(self, arguments: str | dict[str, Any], said: str) -> dict[str, Any]:
-        """The noted values that hold up (see the module docstring, step 2)."""
+    def accept(self, arguments: str | dict[str, Any], said: str,
+               offered: str | None = None) -> dict[str, Any]:
+        """The noted values that hold up (see the module docstring, step 2); ``offered`` is
+        the agent's last message, which the caller may agree to."""
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments or "{}")
@@ -123,6 +133,7 @@ class FactSheet:
         if not isinstance(arguments, dict):
             return {}
         heard = set(_WORDS.findall(said.lower()))
+        agreed = offered if offered and _agrees(said) else None
         out = {}
         for name, schema in self.properties.items():
             value = arguments.get(name)
@@ -134,9 +145,12 @@ class FactSheet:
                     not set(_WORDS.findall(str(value).lower())) <= heard:
                 continue
             if isinstance(value, int) and not isinstance(value, bool):
-                if not _says_integer(value, said, heard):
+                if not _says_integer(value, said, heard) and not (
+                        agreed and _says_integer(value, agreed,
+                                                 set(_WORDS.findall(agreed.lower())))):
                     continue
-            elif _numeric(value) and not _says_a_number(said, heard):
+            elif _numeric(value) and not _says_a_number(said, heard) and not (
+                    agreed and str(value).lower() in agreed.lower()):
                 continue
             out[name] = value
         return out
@@ -157,6 +171,12 @@ def _numeric(value: Any) -> bool:
         return False
     return isinstance(value, int | float) or (isinstance(value, str) and
                                               any(ch.isdigit() for ch in value))
+
+
+def _agrees(said: str) -> bool:
+    """A yes without a but: "Yes, that works.", "Sure." ("No, that's too late." does not)."""
+    words = set(_WORDS_OF_TALK.findall(said.lower().replace("\u2019", "'")))
+    return bool(words & _AGREE) and not words & _REFUSE
 
 
 def _says_a_number(said: str, heard: set[str]) -> bool:

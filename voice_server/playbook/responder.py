@@ -283,7 +283,7 @@ class PlaybookResponder:
             return [], None
         else:
             _add_usage(ctx, result.usage)
-            noted = sheet.accept(result.text, text)
+            noted = sheet.accept(result.text, text, asked)
         st.facts.update(noted)
         self._save(ctx, st)
         if not sheet.missing(st.facts):

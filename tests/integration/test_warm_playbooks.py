@@ -1,11 +1,14 @@
 """After start, the embedded model computes every served playbook's stage prompts while no call
 is live (``warm_playbooks``, server/warm.py), the playbook a setting names first; a connection
-stops it, and it goes on after. (The rest of the suite runs with it off: tests/conftest.py.)"""
+stops it, and it goes on after; a crash of the model's worker loses them, and they are computed
+again. (The rest of the suite runs with it off: tests/conftest.py.)"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 
 import pytest
 import websockets
@@ -21,7 +24,8 @@ PLAYBOOKS = ("support", "appointments", "restaurant")  # the named one, then by 
 
 
 class Lines(logging.Handler):
-    """The server's "prompts computed ahead" lines; ``all_in`` is set at the last one."""
+    """The server's "prompts computed ahead" lines; ``all_in`` is set at the last one of
+    each round."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -31,7 +35,7 @@ class Lines(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if "prompts computed ahead" in (line := record.getMessage()):
             self.lines.append(line)
-            if len(self.lines) == len(PLAYBOOKS):
+            if len(self.lines) % len(PLAYBOOKS) == 0:
                 self.all_in.set()
 
 
@@ -50,6 +54,11 @@ async def test_every_served_playbook_is_computed_ahead_named_first() -> None:
                 seen = await client.until("tts-complete", timeout=120)
                 assert not [m for m in seen if m["type"] == "error"], seen
             await asyncio.wait_for(lines.all_in.wait(), scaled(180))
+            lines.all_in.clear()
+            worker = server.router.providers["local"].worker
+            os.kill(worker.pid, signal.SIGKILL)  # a native crash: its saved prompts are gone
+            await asyncio.wait_for(lines.all_in.wait(), scaled(180))
+            assert worker.restarts == 1
             wanted = {}
             for pid in PLAYBOOKS:
                 async with PlaybookResponder(server.playbooks.get(pid), server.router) as pb:
@@ -57,5 +66,7 @@ async def test_every_served_playbook_is_computed_ahead_named_first() -> None:
     finally:
         logger.removeHandler(lines)
         logger.setLevel(logging.NOTSET)
-    assert [line.split("'")[1] for line in lines.lines] == list(wanted)
-    assert [int(line.split(": ")[1].split()[0]) for line in lines.lines] == list(wanted.values())
+    for round_ in (lines.lines[:len(PLAYBOOKS)], lines.lines[len(PLAYBOOKS):]):
+        assert [line.split("'")[1] for line in round_] == list(wanted), lines.lines
+        assert [int(line.split(": ")[1].split()[0]) for line in round_] == \
+            list(wanted.values()), lines.lines

@@ -77,7 +77,7 @@ class VoiceServer:
             AnswerGuard, max_chars=settings.answer_max_chars, fallback=settings.empty_answer_text,
             apology=settings.llm_failure_text)
         self.router = build_router(settings, others=self.pool.shared,
-                                   on_worker_restart=self.metrics.worker_restarted)
+                                   on_worker_restart=self._llm_worker_restarted)
         self.sessions: SessionStore = self._session_store()
         self.input_budget = MemoryBudget(settings.input_budget_bytes)
         self.admission = Admission(max_total=settings.max_sessions,
@@ -372,6 +372,16 @@ class VoiceServer:
             if s.warm_playbooks:
                 self.warmer.add(responder)
         return responder
+
+    def _llm_worker_restarted(self, stage: str) -> None:
+        """The embedded model's worker died: the prompts it computed ahead died with it, so
+        the current playbooks' are computed again once it is back (and no call is live)."""
+        self.metrics.worker_restarted(stage)
+        if self.settings.warm_playbooks and self.playbooks is not None:
+            version = self.playbooks.version
+            for (_, made_for), responder in self._playbook_responders.items():
+                if made_for == version:
+                    self.warmer.add(responder)
 
     def greeting_for(self, session: Session) -> str | None:
         """The session's playbook's ``greeting`` (the agent speaks first on a call)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -63,3 +64,13 @@ async def test_chat_refuses_an_invalid_file(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert err.decode() == (f"{bad}:2:16: initial_stage: unknown stage 'nowhere' "
                             f"(expected one of: a)\n")
+
+
+def test_chat_offers_the_language_model_flags_only() -> None:
+    """Its --help lists what a typed chat uses (the LLM's settings), not the ~100 of serve."""
+    out = subprocess.run([sys.executable, "-m", "voice_server.cli", "playbook", "chat", "--help"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=60, check=True).stdout
+    flags = {word.rstrip(",") for word in out.split() if word.startswith("--")}
+    assert {"--llm-provider", "--llm-base-url", "--llm-model", "--llm-profile", "--system-prompt",
+            "--max-history-messages", "--config", "--log-level"} <= flags
+    assert not flags & {"--port", "--stt-model", "--tts-voice", "--phone", "--warm-playbooks"}

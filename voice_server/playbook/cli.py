@@ -1,7 +1,8 @@
 """``voice-server playbook validate FILE...``, ``playbook chat FILE`` and ``playbook schema``.
 
 ``chat`` drives the same ``PlaybookResponder`` the voice pipeline uses, over the configured LLM
-(every ``serve`` setting is accepted, e.g. ``--llm-provider openai_compat --llm-base-url URL``),
+(the language model's settings as flags, e.g. ``--llm-provider openai_compat --llm-base-url
+URL``; every ``serve`` setting from ``--config`` or the environment),
 printing the tool and stage events (spec: "Playbook Mode Events") as they happen.
 """
 
@@ -19,6 +20,7 @@ from ..llm import LLMError, LLMRouter
 from ..pipeline.turn import DEFAULT_WINDOW, HistoryWindow, TurnContext
 from ..protocol import Message, StageChange, ToolCallEnd, ToolCallStart
 from ..settings_flags import add_settings_flags, settings_from_args
+from ..settings_groups import ModelSettings
 from .errors import Issue, PlaybookLoadError
 from .lint import lint
 from .loader import load_playbook
@@ -40,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     validate.set_defaults(func=_validate)
     chat = sub.add_parser("chat", help="type to a playbook agent in the terminal")
     chat.add_argument("file", metavar="FILE")
-    add_settings_flags(chat)
+    add_settings_flags(chat, [*ModelSettings.model_fields, "log_level"])  # no server flags
     chat.set_defaults(func=_chat)
     schema = sub.add_parser("schema", help="print the playbook JSON Schema")
     schema.set_defaults(func=_schema)

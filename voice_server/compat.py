@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["llama_batch", "llama_context", "llama_model", "llama_sampler",
+__all__ = ["llama_batch", "llama_context", "llama_grammar_parses", "llama_model", "llama_sampler",
            "restrict_ice_host_addresses", "set_audio_jitter_prefetch"]
 
 
@@ -99,3 +99,21 @@ def llama_sampler() -> Any:
     from llama_cpp import _internals
 
     return _internals.LlamaSampler()
+
+
+# ---- llama-cpp-python 0.3.36: a grammar llama.cpp cannot parse ---------------------------------
+# ``llama_sampler_init_grammar`` returns NULL for a grammar it cannot parse (it prints "parse:
+# error parsing grammar"), and ``LlamaSampler.add_grammar`` adds that NULL to the chain: the
+# process dies with SIGSEGV at the next token. The package's own JSON-Schema converter writes
+# such grammars (a pattern's ``\d`` or ``\.`` becomes an escape GBNF does not know), and a
+# user's schema may be anything, so a grammar is parsed here first.
+def llama_grammar_parses(model: Any, grammar: str) -> bool:
+    """Whether llama.cpp can parse GBNF ``grammar`` (root ``root``) for ``model``
+    (``_internals.LlamaModel``: its ``vocab``)."""
+    import llama_cpp
+
+    sampler = llama_cpp.llama_sampler_init_grammar(model.vocab, grammar.encode("utf-8"), b"root")
+    if not sampler:
+        return False
+    llama_cpp.llama_sampler_free(sampler)
+    return True

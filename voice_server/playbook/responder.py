@@ -39,6 +39,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
+from datetime import datetime, timedelta
 from typing import Any
 
 from ..llm import (
@@ -215,10 +216,11 @@ class PlaybookResponder:
         specs = [] if final else self._tools.specs([*plan.tools, *extra_tools])
         if plan.transition_tool is not None and not final:
             specs.append(plan.transition_tool)
+        context = "\n\n".join(part for part in (
+            plan.context, _today(self._clock()) if self.playbook.globals.today else "") if part)
         messages = [*([{"role": "system", "content": plan.system_prompt}]
                       if plan.system_prompt else []), *history,
-                    *([{"role": "system", "content": plan.context}] if plan.context else []),
-                    *turn]
+                    *([{"role": "system", "content": context}] if context else []), *turn]
         model, temperature, max_tokens = self._defaults
         return ChatRequest(messages=messages, model=plan.model or model,
                            temperature=_first(plan.temperature, temperature),
@@ -436,6 +438,13 @@ class PlaybookResponder:
 
 def _first(*values: float | None) -> float | None:
     return next((v for v in values if v is not None), None)
+
+
+def _today(now: float) -> str:
+    """The date line of ``globals.today`` (after the history: the stage's prompt stays cached)."""
+    day = datetime.fromtimestamp(now).astimezone()
+    return (f"Today is {day:%A %Y-%m-%d}, tomorrow is {day + timedelta(days=1):%A %Y-%m-%d}; "
+            f"the time is {day:%H:%M}.")
 
 
 def _text_of(message: dict[str, Any]) -> str:

@@ -12,6 +12,7 @@ import os
 import sqlite3
 from contextlib import closing
 from datetime import date as Date
+from datetime import datetime
 from pathlib import Path
 
 SLOTS = [f"{h:02d}:{m:02d}" for h in range(9, 17) for m in (0, 30)]
@@ -38,17 +39,30 @@ def _connect(ctx) -> sqlite3.Connection:
 
 def _check_day(day: str) -> str:
     parsed = Date.fromisoformat(day)
+    if parsed < Date.today():
+        raise ValueError(f"{day} is in the past; today is {Date.today().isoformat()}")
     if parsed.weekday() >= 5:
-        raise ValueError(f"{day} is a weekend; the clinic opens Monday to Friday")
+        raise ValueError(f"{day} is a {parsed:%A}; the clinic opens Monday to Friday")
     return parsed.isoformat()
+
+
+def _free(conn: sqlite3.Connection, day: str) -> list[str]:
+    taken = {row[0] for row in conn.execute(
+        "SELECT time FROM appointments WHERE day = ? AND cancelled = 0", (day,))}
+    if day == Date.today().isoformat():  # no slot that has begun
+        taken |= {s for s in SLOTS if s <= datetime.now().strftime("%H:%M")}
+    return [s for s in SLOTS if s not in taken]
+
+
+def _minutes(hhmm: str) -> int:
+    hours, minutes = hhmm.split(":")
+    return int(hours) * 60 + int(minutes)
 
 
 def list_free_slots(date: str, *, ctx) -> dict:
     day = _check_day(date)
     with closing(_connect(ctx)) as conn:
-        taken = {row[0] for row in conn.execute(
-            "SELECT time FROM appointments WHERE day = ? AND cancelled = 0", (day,))}
-    return {"date": day, "free": [s for s in SLOTS if s not in taken]}
+        return {"date": day, "free": _free(conn, day)}
 
 
 def book_appointment(date: str, time: str, name: str, reason: str = "", *, ctx) -> dict:
@@ -62,7 +76,9 @@ def book_appointment(date: str, time: str, name: str, reason: str = "", *, ctx) 
                     "INSERT INTO appointments (day, time, name, reason) VALUES (?, ?, ?, ?)",
                     (day, time, name.strip(), reason.strip()))
         except sqlite3.IntegrityError:
-            raise ValueError(f"{day} {time} is already taken") from None
+            near = sorted(_free(conn, day), key=lambda s: abs(_minutes(s) - _minutes(time)))[:3]
+            offer = f"; free near it: {', '.join(sorted(near))}" if near else "; the day is full"
+            raise ValueError(f"{day} {time} is already taken{offer}") from None
     return {"appointment_id": cur.lastrowid, "date": day, "time": time, "name": name.strip()}
 
 

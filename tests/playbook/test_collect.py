@@ -116,9 +116,12 @@ OFFER = "We are fully booked at 20:00, but 21:00 is free for four. Shall I book 
 def test_a_caller_who_says_yes_takes_the_numbers_the_agent_offered(engine: Engine, noted, said,
                                                                   kept) -> None:
     sheet = engine.sheets["booking"]
-    assert sheet.accept(json.dumps(noted), said, OFFER.replace("four", "four, Anna Smith")) \
-        == kept
+    offer = OFFER.replace("four", "four, Anna Smith")
+    assert sheet.accept(json.dumps(noted), said, offer, known={"time": "20:00"}) == kept
     assert sheet.accept(json.dumps(noted), said) == {}  # no offer: nothing to agree to
+    if "time" in kept:  # a yes to one of several times offered is none of them
+        several = "We are full at 20:00; 21:00 or 21:30 are free. Shall I book it?"
+        assert "time" not in sheet.accept(json.dumps(noted), said, several, known={"time": "20:00"})
 
 
 def test_questions_follow_the_ask_order_then_the_schema(engine: Engine) -> None:
@@ -191,3 +194,48 @@ def test_entering_a_collecting_stage_starts_a_fresh_collection() -> None:
     assert state.facts == {"name": "Ada", "party_size": 2}  # later stages still know them
     engine.start_turn(state, "book again", 2.0)
     assert (state.stage, state.facts) == ("booking", {})
+
+
+@pytest.mark.parametrize(("said", "day"), [
+    ("Tomorrow at ten, please.", "2029-12-29"),
+    ("The day after tomorrow.", "2029-12-30"),
+    ("Today if you can.", "2029-12-28"),
+    ("Monday then.", "2029-12-31"),
+    ("Next Tuesday.", "2030-01-01"),
+    ("On Friday.", "2030-01-04"),  # said on a Friday: next week's
+    ("Not Monday, Wednesday please.", "2030-01-02"),
+    ("At ten o'clock.", None),
+])
+def test_the_day_a_caller_names_is_worked_out_from_today(said, day) -> None:
+    from datetime import date
+
+    from voice_server.playbook.collect import spoken_day
+
+    found = spoken_day(said, date(2029, 12, 28))  # a Friday
+    assert (found.isoformat() if found else None) == day
+
+
+def test_a_named_day_replaces_the_model_s_date_only_where_a_date_is_taken() -> None:
+    from datetime import date
+
+    pb = load_playbook_text(textwrap.dedent("""\
+        id: dates
+        initial_stage: booking
+        stages:
+          booking:
+            tools: [visit]
+            collect: {tool: visit}
+        tools:
+          visit:
+            parameters:
+              type: object
+              properties:
+                day: {type: string, pattern: "^\\\\d{4}-\\\\d{2}-\\\\d{2}$"}
+                time: {type: string, pattern: "^\\\\d{2}:\\\\d{2}$"}
+              required: [day, time]
+            handler: {python: "json:dumps"}
+        """))
+    sheet = Engine(pb).sheets["booking"]
+    noted = json.dumps({"day": "2029-01-07", "time": None})
+    assert sheet.accept(noted, "Monday then.", today=date(2029, 12, 28)) == {"day": "2029-12-31"}
+    assert sheet.accept(noted, "Monday then.") == {}  # no today: no number said, dropped

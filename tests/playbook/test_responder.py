@@ -265,10 +265,9 @@ async def test_one_responder_serves_sessions_concurrently(fake: FakeOpenAI, gate
     assert {len(talk.events) for talk in (one, two)} == {3}
 
 
-def test_the_date_line_names_today_and_tomorrow_on_the_server_s_clock() -> None:
+def test_the_date_line_names_today_on_the_server_s_clock() -> None:
     from datetime import datetime
 
     from voice_server.playbook.responder import _today
 
-    assert _today(datetime(2026, 12, 31, 9, 5).timestamp()) == (
-        "Today is Thursday 2026-12-31, tomorrow is Friday 2027-01-01; the time is 09:05.")
+    assert _today(datetime(2026, 12, 31, 9, 5).timestamp()) == "Today is Thursday 2026-12-31."

@@ -7,6 +7,7 @@ stage changes, the event order, the reply text, the session data and what the LL
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +69,9 @@ async def test_scenario(path: Path, fake: FakeOpenAI, router: LLMRouter,
     monkeypatch.setenv("VOICE_SERVER_DATA_DIR", str(tmp_path))
     spec = _read(path)
     playbook = load_playbook(PLAYBOOKS / f"{spec['playbook']}.yaml")
-    clock = Clock()
+    # ``clock``: the server's local time when the scenario starts (days a caller names)
+    clock = Clock(datetime.fromisoformat(spec["clock"]).timestamp()) if "clock" in spec \
+        else Clock()
     async with PlaybookResponder(playbook, router, clock=clock) as responder:
         talk = Conversation(responder)
         for n, turn in enumerate(spec["turns"], 1):

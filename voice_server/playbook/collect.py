@@ -13,11 +13,14 @@ model, runs the conversation of such a stage. On each user turn:
    be made of the caller's words; a whole number must be in the caller's message itself (its
    digits or its English words: "Then half past eight" gives no party size of 4), and a text
    with digits (a time, a date) needs a number there (digits or an English number word). A
+   date the caller names by its day ("tomorrow", "on Monday", "the day after tomorrow") is
+   worked out here from today's date, when the playbook gives it (``globals.today``): a small
+   model writes a wrong date for "Monday" even with the week's dates in front of it. A
    caller who agrees ("Yes, that works.", "Sure.") to what the agent offered in its last message
    ("fully booked at 20:00; I suggest 21:00") takes its numbers: a value is then kept when
-   that message holds it verbatim (a text) or says it (a whole number), never a name. A value
-   that fails is dropped, not stored: a model that fills a blank with a guess changes
-   nothing;
+   that message holds it verbatim and no other of its pattern but the one known (a text), or
+   says it (a whole number), never a name. A value that fails is dropped, not stored: a model
+   that fills a blank with a guess changes nothing;
 3. **act**: when every required argument is known, the engine calls the tool itself (once per set
    of values: a call that failed is not repeated until the caller changes something); otherwise
    the question of the first missing argument (``ask``) is spoken, when the turn gave new facts
@@ -31,6 +34,8 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from datetime import date as Date
+from datetime import timedelta
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -38,7 +43,7 @@ from jsonschema import Draft202012Validator
 from .schema import Collect, Tool
 from .tools import FROM_CALLER, public_schema
 
-__all__ = ["NOTE_NAME", "FactSheet", "sheets"]
+__all__ = ["NOTE_NAME", "FactSheet", "sheets", "spoken_day"]
 
 NOTE_NAME = "note_facts"
 _WORDS = re.compile(r"[^\W_]+")
@@ -48,6 +53,7 @@ _TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
 _NAMED = {2: "couple", 12: "dozen"}
 _NUMBER_WORDS = frozenset([*_ONES, *_TENS, *_NAMED.values(),
                            *"hundred thousand half quarter noon midnight".split()])
+_WEEKDAYS = "monday tuesday wednesday thursday friday saturday sunday".split()
 _AGREE = frozenset("yes yeah yep yup sure ok okay fine great perfect good works alright "
                    "lovely deal".split())
 _REFUSE = frozenset("no nope not don't doesn't won't can't cannot isn't rather instead "
@@ -121,10 +127,22 @@ class FactSheet:
         return f"{self.tool_name} ({about})" if about else self.tool_name
 
     # -- judging the answer -----------------------------------------------------------------
-    def accept(self, arguments: str | dict[str, Any], said: str,
-               offered: str | None = None) -> dict[str, Any]:
+    def accept(self, arguments: str | dict[str, Any], said: str, offered: str | None = None,
+               today: Date | None = None, known: dict[str, Any] | None = None,
+               ) -> dict[str, Any]:
         """The noted values that hold up (see the module docstring, step 2); ``offered`` is
-        the agent's last message, which the caller may agree to."""
+        the agent's last message, which the caller may agree to; ``today`` resolves the days
+        the caller names; ``known``: the facts so far."""
+        out = self._checked(arguments, said, offered, known or {})
+        day = spoken_day(said, today) if today is not None else None
+        if day is not None:
+            for name, schema in self.properties.items():
+                if isinstance(schema, dict) and _takes_a_date(schema):
+                    out[name] = day.isoformat()
+        return out
+
+    def _checked(self, arguments: str | dict[str, Any], said: str, offered: str | None,
+                 known: dict[str, Any]) -> dict[str, Any]:
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments or "{}")
@@ -150,7 +168,7 @@ class FactSheet:
                                                  set(_WORDS.findall(agreed.lower())))):
                     continue
             elif _numeric(value) and not _says_a_number(said, heard) and not (
-                    agreed and str(value).lower() in agreed.lower()):
+                    agreed and _offered_alone(value, schema, agreed, known.get(name))):
                 continue
             out[name] = value
         return out
@@ -171,6 +189,49 @@ def _numeric(value: Any) -> bool:
         return False
     return isinstance(value, int | float) or (isinstance(value, str) and
                                               any(ch.isdigit() for ch in value))
+
+
+def spoken_day(said: str, today: Date) -> Date | None:
+    """The day ``said`` names relative to ``today``: "today", "tomorrow", "the day after
+    tomorrow", a weekday (the next one after today: "Monday" said on a Monday is next week's;
+    of two, the last: "not Monday, Tuesday")."""
+    text = said.lower()
+    words = _WORDS.findall(text)
+    if "after tomorrow" in text:
+        return today + timedelta(days=2)
+    if "tomorrow" in words:
+        return today + timedelta(days=1)
+    if "today" in words:
+        return today
+    for word in reversed(words):
+        if word in _WEEKDAYS:
+            return today + timedelta(days=(_WEEKDAYS.index(word) - today.weekday() - 1) % 7 + 1)
+    return None
+
+
+def _offered_alone(value: Any, schema: dict[str, Any], offered: str, known: Any) -> bool:
+    """The agent's message holds ``value``, and no other value of its pattern but the one
+    already known: a yes to "20:00 is full; I suggest 21:00" takes 21:00, a yes to "09:00,
+    09:30 and 10:30 are free" takes none (the model then asks which)."""
+    if str(value).lower() not in offered.lower():
+        return False
+    pattern = schema.get("pattern")
+    if not isinstance(pattern, str):
+        return True
+    try:
+        found = {m.group(0) for m in re.finditer(pattern.removeprefix("^").removesuffix("$"),
+                                                 offered)}
+    except re.error:
+        return True
+    return not found - {str(value), str(known)}
+
+
+def _takes_a_date(schema: dict[str, Any]) -> bool:
+    """A YYYY-MM-DD date: ``format: date``, or a pattern that a date matches."""
+    pattern = schema.get("pattern")
+    return schema.get("format") == "date" or (
+        isinstance(pattern, str) and re.search(pattern, "2030-01-07") is not None and
+        re.search(pattern, "07:30") is None)
 
 
 def _agrees(said: str) -> bool:

@@ -39,7 +39,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from ..llm import (
@@ -285,7 +285,9 @@ class PlaybookResponder:
             return [], None
         else:
             _add_usage(ctx, result.usage)
-            noted = sheet.accept(result.text, text, asked)
+            today = datetime.fromtimestamp(self._clock()).astimezone().date() \
+                if self.playbook.globals.today else None
+            noted = sheet.accept(result.text, text, asked, today, st.facts)
         st.facts.update(noted)
         self._save(ctx, st)
         if not sheet.missing(st.facts):
@@ -405,7 +407,10 @@ class PlaybookResponder:
 
     def _note_request(self, st: PlaybookState, sheet: FactSheet, asked: str | None,
                       text: str) -> ChatRequest:
-        return ChatRequest(messages=sheet.note_messages(asked, text),
+        messages = sheet.note_messages(asked, text)
+        if self.playbook.globals.today:  # after the stage's fixed prompt: it stays cached
+            messages.insert(1, {"role": "system", "content": _today(self._clock())})
+        return ChatRequest(messages=messages,
                            model=self.engine.plan(st, first_round=True).model,
                            temperature=0.0, max_tokens=48 + 24 * len(sheet.properties),
                            response_format=sheet.note_format(), timeout_s=self._timeout_s)
@@ -441,10 +446,11 @@ def _first(*values: float | None) -> float | None:
 
 
 def _today(now: float) -> str:
-    """The date line of ``globals.today`` (after the history: the stage's prompt stays cached)."""
-    day = datetime.fromtimestamp(now).astimezone()
-    return (f"Today is {day:%A %Y-%m-%d}, tomorrow is {day + timedelta(days=1):%A %Y-%m-%d}; "
-            f"the time is {day:%H:%M}.")
+    """The date line of ``globals.today``, after the history and the stage's fixed prompt (so
+    those stay cached). Only the day: with the time and the next week's dates as well, the 1.5B
+    model lost its voice (it echoed its last question: "And your name, please?"); the days a
+    caller names are worked out in code (``collect.spoken_day``)."""
+    return f"Today is {datetime.fromtimestamp(now).astimezone():%A %Y-%m-%d}."
 
 
 def _text_of(message: dict[str, Any]) -> str:

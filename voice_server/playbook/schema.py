@@ -125,9 +125,10 @@ class Globals(_Model):
                                  "the answer is forced")
     max_parallel_tools: int = Field(4, ge=1, le=16, description="tool calls run at once")
     intent_prompt: str | None = Field(None, description="instruction for intent classification")
-    today: bool = Field(False, description="tell the model today's and tomorrow's date and the "
-                        "time (the server's clock) in every answer's request: for tools that "
-                        "take dates ('tomorrow morning')")
+    today: bool = Field(False, description="tell the model today's date (the server's clock) in "
+                        "every request, and work out the dates of the days a caller names "
+                        "('tomorrow', 'on Monday') in a `collect` stage: for tools that take "
+                        "dates")
 
 
 class ToolResultMatch(_Model):

@@ -16,12 +16,18 @@ callers ask for 20:00, which the playbook's tool always reports as fully booked:
 for another time, the other says yes to the time the agent offers (21:00, the tool's
 alternative), and that one must be booked.
 
-Prints JSON per profile: accuracy, heard, memory, turn time (p50, mean), bookings, and every
-miss.
+Appointment runs: a caller books a dental appointment with the bundled `appointments` playbook
+(five callers, each naming a weekday and a time; the last asks for the first one's slot, is
+told it is taken, and takes half past ten). A run succeeds when `book_appointment` succeeds
+with the date of the weekday named (worked out from today), the time and the name; the first
+answer must ask for the day.
+
+Prints JSON per profile: accuracy, heard, memory, turn time (p50, mean), bookings,
+appointments, and every miss.
 A profile is a name and Settings overrides; the default profile is the server's defaults.
 
     python bench/quality.py [--voices piper,espeak] [--limit N] \
-        [--bookings N] [--profile tiny='{"llm_model_path": "..."}' ...]
+        [--bookings N] [--appointments N] [--profile tiny='{"llm_model_path": "..."}' ...]
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import argparse
 import asyncio
 import base64
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -320,10 +327,65 @@ def bookings_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+# ---- booking runs with the appointments playbook ----------------------------------------------
+VISITS = [  # day, time (spoken, HH:MM), name[, (reply to "taken", time booked)]
+    ("Monday", "at ten in the morning", "10:00", "Tom Hardy"),
+    ("Tuesday", "at half past two in the afternoon", "14:30", "Maria Gonzalez"),
+    ("Wednesday", "at nine thirty in the morning", "09:30", "Alan Turing"),
+    ("Thursday", "at eleven o'clock", "11:00", "Ada Lovelace"),
+    ("Monday", "at ten in the morning", "10:00", "Grace Hopper",  # Tom Hardy's: taken
+     ("Half past ten, please.", "10:30")),
+]
+VISIT_OPENING = "Hello, I would like to book a dental appointment, please."
+
+
+def visit_lines(visit: tuple[Any, ...]) -> list[str]:
+    day, when, _, name, *taken = visit
+    return [VISIT_OPENING, f"On {day} {when}, please.", f"My name is {name}.",
+            *([taken[0][0]] if taken else []), "Yes, please book it."]
+
+
+async def visit_run(url: str, visit: tuple[Any, ...], wavs: dict[str, bytes]) -> dict[str, Any]:
+    """One caller books with the appointments playbook; right: the weekday they named (worked
+    out from today), their time (or the one they took instead of a taken one), their name."""
+    from datetime import date
+
+    from voice_server.playbook.collect import spoken_day
+
+    day, _, hhmm, name, *taken = visit
+    hhmm = taken[0][1] if taken else hhmm
+    seen: list[dict[str, Any]] = []
+    turns: list[dict[str, Any]] = []
+    async with websockets.connect(f"{url}?playbook=appointments", max_size=None) as ws:
+        await ws.recv()
+        for line in visit_lines(visit):
+            turns.append(await ask(ws, wavs[line], seen))
+            if len(turns) == 1:
+                first_events = list(seen)
+            if any(m["type"] == "stage-change" and m["to"] == "done" for m in seen):
+                break
+    calls = {m["callId"]: m for m in seen if m["type"] == "tool-call-start"}
+    booked = [calls[m["callId"]]["arguments"] for m in seen
+              if m["type"] == "tool-call-end" and not m.get("error")
+              and calls.get(m["callId"], {}).get("name") == "book_appointment"]
+    args = booked[-1] if booked else {}
+    wanted = spoken_day(day, date.today())
+    return {
+        "caller": name, "booked": bool(booked),
+        "right": bool(booked) and args.get("date") == str(wanted) and args.get("time") == hhmm
+        and name.split()[0].lower() in str(args.get("name", "")).lower(),
+        "asked_for_time": "?" in turns[0]["answer"] and not any(  # no day invented first
+            m["type"] == "tool-call-start" for m in first_events),
+        "turns": [{k: t.get(k) for k in ("transcript", "answer", "error", "first_audio_s",
+                                         "seconds")} for t in turns],
+        "tools": [{"name": c["name"], "arguments": c["arguments"]} for c in calls.values()],
+    }
+
+
 async def run_profile(name: str, overrides: dict[str, Any], speech: dict[str, dict[str, bytes]],
                       limit: int, bookings: int = 0,
                       questions: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = QUESTIONS,
-                      ) -> dict[str, Any]:
+                      visits: int = 0) -> dict[str, Any]:
     from voice_server.config import load_settings
     from voice_server.server.app import VoiceServer
 
@@ -349,6 +411,10 @@ async def run_profile(name: str, overrides: dict[str, Any], speech: dict[str, di
                                "miss": turn["error"] or judge(turn["answer"], accepted)})
         voice = next(iter(speech))
         runs = [await booking_run(url, caller, speech[voice]) for caller in CALLERS[:bookings]]
+        with tempfile.TemporaryDirectory() as data:  # an empty calendar for every profile
+            os.environ["VOICE_SERVER_DATA_DIR"] = data
+            appointments = [await visit_run(url, visit, speech[voice])
+                            for visit in VISITS[:visits]]
     times = [r["seconds"] for r in results] or [0.0]
     asked = max(1, len(results))
     return {
@@ -362,6 +428,7 @@ async def run_profile(name: str, overrides: dict[str, Any], speech: dict[str, di
         "turn_s": {"p50": round(statistics.median(times), 2),
                    "mean": round(statistics.mean(times), 2), "max": max(times)},
         "bookings": bookings_summary(runs),
+        "appointments": bookings_summary(appointments),
         "misses": [{k: r[k] for k in ("voice", "question", "transcript", "answer", "miss")}
                    for r in results if r["miss"]]
         + [{k: m[k] for k in ("voice", "case", "transcript", "answer", "miss")}
@@ -374,11 +441,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     questions = QUESTION_SETS[args.questions]
     texts = [q for q, _, _ in questions[:args.limit]] + [t for m in MEMORY for t in m[:2]]
     texts += sorted({line for c in CALLERS[:args.bookings] for line in caller_lines(c)})
+    texts += sorted({line for v in VISITS[:args.appointments] for line in visit_lines(v)})
     makers = {"piper": piper_wavs, "espeak": espeak_wavs}
     speech = {v: makers[v](texts) for v in args.voices.split(",")}
     return {"bench": "quality", "profiles": [
         await run_profile(name, json.loads(overrides), speech, args.limit, args.bookings,
-                          questions)
+                          questions, args.appointments)
         for name, overrides in profiles]}
 
 
@@ -393,6 +461,8 @@ def main() -> None:
                     help="NAME=JSON Settings overrides (repeatable; default: the defaults)")
     ap.add_argument("--bookings", type=int, default=len(CALLERS),
                     help="booking runs with the restaurant playbook (0 to 10)")
+    ap.add_argument("--appointments", type=int, default=len(VISITS),
+                    help=f"booking runs with the appointments playbook (0 to {len(VISITS)})")
     ap.add_argument("--json", help="also write the result here")
     args = ap.parse_args()
     text = json.dumps(asyncio.run(run(args)), indent=1)

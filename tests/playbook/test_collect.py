@@ -239,3 +239,7 @@ def test_a_named_day_replaces_the_model_s_date_only_where_a_date_is_taken() -> N
     noted = json.dumps({"day": "2029-01-07", "time": None})
     assert sheet.accept(noted, "Monday then.", today=date(2029, 12, 28)) == {"day": "2029-12-31"}
     assert sheet.accept(noted, "Monday then.") == {}  # no today: no number said, dropped
+    later = json.dumps({"day": "2030-01-07", "time": None})  # a Monday a week later: said so
+    assert sheet.accept(later, "Monday the 7th.", today=date(2029, 12, 28)) == {
+        "day": "2030-01-07"}
+    assert sheet.accept(later, "Tomorrow.", today=date(2029, 12, 28)) == {"day": "2029-12-29"}

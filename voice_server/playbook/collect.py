@@ -137,7 +137,8 @@ class FactSheet:
         day = spoken_day(said, today) if today is not None else None
         if day is not None:
             for name, schema in self.properties.items():
-                if isinstance(schema, dict) and _takes_a_date(schema):
+                if isinstance(schema, dict) and _takes_a_date(schema) and \
+                        not _same_weekday_said(out.get(name), day, said):
                     out[name] = day.isoformat()
         return out
 
@@ -207,6 +208,17 @@ def spoken_day(said: str, today: Date) -> Date | None:
         if word in _WEEKDAYS:
             return today + timedelta(days=(_WEEKDAYS.index(word) - today.weekday() - 1) % 7 + 1)
     return None
+
+
+def _same_weekday_said(noted: Any, day: Date, said: str) -> bool:
+    """A date the model noted that the caller's numbers back and that falls on the weekday
+    named: "Monday the 7th of December" is that Monday, not the next one."""
+    try:
+        found = Date.fromisoformat(str(noted))
+    except ValueError:
+        return False
+    return found.weekday() == day.weekday() and found >= day and \
+        _says_a_number(said, set(_WORDS.findall(said.lower())))
 
 
 def _offered_alone(value: Any, schema: dict[str, Any], offered: str, known: Any) -> bool:

@@ -110,7 +110,6 @@ def forced_tools(tools: list[dict[str, Any]], choice: Any) -> tuple[list[dict[st
 def tool_grammar(tools: list[dict[str, Any]]) -> str:
     """GBNF for a ``<tool_call>`` block calling one of ``tools`` (one call an answer; the
     playbook's tool rounds call the next one)."""
-
     alternatives = [{
         "type": "object",
         "properties": {"name": {"const": t["function"]["name"]},
@@ -131,7 +130,6 @@ def forced_call(tool: dict[str, Any]) -> tuple[str, str]:
     """For an answer that must call ``tool``: the start of the call, written into the prompt
     (so its dozen tokens are read in one batch, not generated one by one), and the grammar of
     the rest (the arguments and the closing brace)."""
-
     name = tool["function"]["name"]
     body = schema_gbnf(tool["function"].get("parameters") or {"type": "object"})
     body = "\n".join("arguments ::=" + line[len("root ::="):]
@@ -149,7 +147,6 @@ def json_template(response_format: dict[str, Any]) -> tuple[str, str, tuple[tupl
     model closes the value where it wants to (a number cannot run on into the next key), and
     the engine reads the next key once the grammar is complete (``SamplingParams.segments``).
     A structured answer of three keys is 12 tokens shorter to generate."""
-
     schema = (response_format.get("json_schema") or {}).get("schema") \
         if response_format.get("type") == "json_schema" else None
     if not isinstance(schema, dict) or schema.get("additionalProperties") is not False:
@@ -173,7 +170,6 @@ def json_grammar(response_format: dict[str, Any]) -> str:
     """GBNF for an answer that is one JSON value: ``{"type": "json_schema", "json_schema":
     {"schema": ...}}`` (OpenAI's structured output), or any JSON object for
     ``{"type": "json_object"}``."""
-
     schema = (response_format.get("json_schema") or {}).get("schema") \
         if response_format.get("type") == "json_schema" else None
     return schema_gbnf(schema or {"type": "object"})

@@ -276,36 +276,48 @@ def caller_lines(caller: tuple[Any, ...]) -> list[str]:
             *other, *FOLLOW_UPS]
 
 
-async def booking_run(url: str, caller: tuple[Any, ...], wavs: dict[str, bytes]) -> dict[str, Any]:
-    _, size, _, hhmm, name, *full = caller
-    hhmm = full[0][1] if full else hhmm
+async def spoken_booking(url: str, playbook: str, lines: list[str], wavs: dict[str, bytes],
+                         done_stage: str, tool: str) -> dict[str, Any]:
+    """One caller says ``lines`` to ``playbook`` until it reaches ``done_stage``: the turns,
+    the events of the first one, the tool calls, and ``tool``'s last successful arguments."""
     seen: list[dict[str, Any]] = []
     turns: list[dict[str, Any]] = []
-    async with websockets.connect(f"{url}?playbook=restaurant", max_size=None) as ws:
+    async with websockets.connect(f"{url}?playbook={playbook}", max_size=None) as ws:
         await ws.recv()
-        for line in caller_lines(caller):
+        for line in lines:
             turns.append(await ask(ws, wavs[line], seen))
             if len(turns) == 1:
                 first_events = list(seen)
-            if any(m["type"] == "stage-change" and m["to"] == "confirmation" for m in seen):
+            if any(m["type"] == "stage-change" and m["to"] == done_stage for m in seen):
                 break
     calls = {m["callId"]: m for m in seen if m["type"] == "tool-call-start"}
     booked = [calls[m["callId"]]["arguments"] for m in seen
               if m["type"] == "tool-call-end" and not m.get("error")
-              and calls.get(m["callId"], {}).get("name") == "book_table"]
-    args = booked[-1] if booked else {}
-    first = turns[0]["answer"]
+              and calls.get(m["callId"], {}).get("name") == tool]
+    return {"turns": turns, "first_events": first_events, "booked": bool(booked),
+            "args": booked[-1] if booked else {},
+            "report": {
+                "turns": [{k: t.get(k) for k in ("transcript", "answer", "error",
+                                                 "first_audio_s", "seconds")} for t in turns],
+                "tools": [{"name": c["name"], "arguments": c["arguments"]}
+                          for c in calls.values()]}}
+
+
+async def booking_run(url: str, caller: tuple[Any, ...], wavs: dict[str, bytes]) -> dict[str, Any]:
+    _, size, _, hhmm, name, *full = caller
+    hhmm = full[0][1] if full else hhmm
+    call = await spoken_booking(url, "restaurant", caller_lines(caller), wavs, "confirmation",
+                                "book_table")
+    args = call["args"]
     return {
         "caller": name,
-        "booked": bool(booked),
-        "right": bool(booked) and args.get("time") == hhmm and args.get("party_size") == size
+        "booked": call["booked"],
+        "right": call["booked"] and args.get("time") == hhmm and args.get("party_size") == size
         and name.split()[0].lower() in str(args.get("name", "")).lower(),
-        "asked_for_time": "?" in first and not any(  # no time invented in the first turn
+        "asked_for_time": "?" in call["turns"][0]["answer"] and not any(  # no time invented
             m["type"] == "tool-call-start" and m["name"] in ("check_availability", "book_table")
-            for m in first_events),
-        "turns": [{k: t.get(k) for k in ("transcript", "answer", "error", "first_audio_s",
-                                         "seconds")} for t in turns],
-        "tools": [{"name": c["name"], "arguments": c["arguments"]} for c in calls.values()],
+            for m in call["first_events"]),
+        **call["report"],
     }
 
 
@@ -354,31 +366,16 @@ async def visit_run(url: str, visit: tuple[Any, ...], wavs: dict[str, bytes]) ->
 
     day, _, hhmm, name, *taken = visit
     hhmm = taken[0][1] if taken else hhmm
-    seen: list[dict[str, Any]] = []
-    turns: list[dict[str, Any]] = []
-    async with websockets.connect(f"{url}?playbook=appointments", max_size=None) as ws:
-        await ws.recv()
-        for line in visit_lines(visit):
-            turns.append(await ask(ws, wavs[line], seen))
-            if len(turns) == 1:
-                first_events = list(seen)
-            if any(m["type"] == "stage-change" and m["to"] == "done" for m in seen):
-                break
-    calls = {m["callId"]: m for m in seen if m["type"] == "tool-call-start"}
-    booked = [calls[m["callId"]]["arguments"] for m in seen
-              if m["type"] == "tool-call-end" and not m.get("error")
-              and calls.get(m["callId"], {}).get("name") == "book_appointment"]
-    args = booked[-1] if booked else {}
-    wanted = spoken_day(day, date.today())
+    call = await spoken_booking(url, "appointments", visit_lines(visit), wavs, "done",
+                                "book_appointment")
+    args, wanted = call["args"], spoken_day(day, date.today())
     return {
-        "caller": name, "booked": bool(booked),
-        "right": bool(booked) and args.get("date") == str(wanted) and args.get("time") == hhmm
+        "caller": name, "booked": call["booked"],
+        "right": call["booked"] and args.get("date") == str(wanted) and args.get("time") == hhmm
         and name.split()[0].lower() in str(args.get("name", "")).lower(),
-        "asked_for_time": "?" in turns[0]["answer"] and not any(  # no day invented first
-            m["type"] == "tool-call-start" for m in first_events),
-        "turns": [{k: t.get(k) for k in ("transcript", "answer", "error", "first_audio_s",
-                                         "seconds")} for t in turns],
-        "tools": [{"name": c["name"], "arguments": c["arguments"]} for c in calls.values()],
+        "asked_for_time": "?" in call["turns"][0]["answer"] and not any(  # no day invented
+            m["type"] == "tool-call-start" for m in call["first_events"]),
+        **call["report"],
     }
 
 

@@ -54,11 +54,6 @@ def _free(conn: sqlite3.Connection, day: str) -> list[str]:
     return [s for s in SLOTS if s not in taken]
 
 
-def _minutes(hhmm: str) -> int:
-    hours, minutes = hhmm.split(":")
-    return int(hours) * 60 + int(minutes)
-
-
 def list_free_slots(date: str, *, ctx) -> dict:
     day = _check_day(date)
     with closing(_connect(ctx)) as conn:
@@ -76,7 +71,8 @@ def book_appointment(date: str, time: str, name: str, reason: str = "", *, ctx) 
                     "INSERT INTO appointments (day, time, name, reason) VALUES (?, ?, ?, ?)",
                     (day, time, name.strip(), reason.strip()))
         except sqlite3.IntegrityError:
-            near = sorted(_free(conn, day), key=lambda s: abs(_minutes(s) - _minutes(time)))[:3]
+            at = SLOTS.index(time)  # slots are evenly spaced: their distance is the index's
+            near = sorted(_free(conn, day), key=lambda s: abs(SLOTS.index(s) - at))[:3]
             offer = f"; free near it: {', '.join(sorted(near))}" if near else "; the day is full"
             raise ValueError(f"{day} {time} is already taken{offer}") from None
     return {"appointment_id": cur.lastrowid, "date": day, "time": time, "name": name.strip()}

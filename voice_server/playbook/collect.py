@@ -133,17 +133,18 @@ class FactSheet:
         """The noted values that hold up (see the module docstring, step 2); ``offered`` is
         the agent's last message, which the caller may agree to; ``today`` resolves the days
         the caller names; ``known``: the facts so far."""
-        out = self._checked(arguments, said, offered, known or {})
+        heard = set(_WORDS.findall(said.lower()))
+        out = self._checked(arguments, said, heard, offered, known or {})
         day = spoken_day(said, today) if today is not None else None
         if day is not None:
             for name, schema in self.properties.items():
                 if isinstance(schema, dict) and _takes_a_date(schema) and \
-                        not _same_weekday_said(out.get(name), day, said):
+                        not _same_weekday_said(out.get(name), day, said, heard):
                     out[name] = day.isoformat()
         return out
 
-    def _checked(self, arguments: str | dict[str, Any], said: str, offered: str | None,
-                 known: dict[str, Any]) -> dict[str, Any]:
+    def _checked(self, arguments: str | dict[str, Any], said: str, heard: set[str],
+                 offered: str | None, known: dict[str, Any]) -> dict[str, Any]:
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments or "{}")
@@ -151,7 +152,6 @@ class FactSheet:
                 return {}
         if not isinstance(arguments, dict):
             return {}
-        heard = set(_WORDS.findall(said.lower()))
         agreed = offered if offered and _agrees(said) else None
         out = {}
         for name, schema in self.properties.items():
@@ -210,15 +210,14 @@ def spoken_day(said: str, today: Date) -> Date | None:
     return None
 
 
-def _same_weekday_said(noted: Any, day: Date, said: str) -> bool:
+def _same_weekday_said(noted: Any, day: Date, said: str, heard: set[str]) -> bool:
     """A date the model noted that the caller's numbers back and that falls on the weekday
     named: "Monday the 7th of December" is that Monday, not the next one."""
     try:
         found = Date.fromisoformat(str(noted))
     except ValueError:
         return False
-    return found.weekday() == day.weekday() and found >= day and \
-        _says_a_number(said, set(_WORDS.findall(said.lower())))
+    return found.weekday() == day.weekday() and found >= day and _says_a_number(said, heard)
 
 
 def _offered_alone(value: Any, schema: dict[str, Any], offered: str, known: Any) -> bool:

@@ -193,3 +193,13 @@ def test_needs_intent(engine: Engine) -> None:
     assert engine.needs_intent(state("a")) == ["buy"]
     assert engine.needs_intent(state("b")) == ["quit"]
     assert engine.needs_intent(state("d")) == []
+
+
+def test_no_intent_is_asked_for_when_an_earlier_transition_fires_without_one(
+        engine: Engine) -> None:
+    """A keyword checked before the intent settles the turn: no classifying request. One
+    checked after it (or an intent of higher priority) does not."""
+    assert engine.needs_intent(state("a"), "I want to book", NOW) == []
+    assert engine.needs_intent(state("a"), "hmm", NOW) == ["buy"]
+    assert engine.needs_intent(state("a", stage_turns=3), "hmm", NOW) == ["buy"]  # after it
+    assert engine.needs_intent(state("b"), "hmm", NOW + 31) == ["quit"]  # priority 9 first

@@ -104,7 +104,10 @@ async def test_parallel_tool_calls_run_concurrently(fake: FakeOpenAI, gate: Gate
     assert len(set(call_ids)) == 2
     # the LLM's second request carries both results after the tool_calls message
     second = fake.requests[1]["messages"]
-    assert [m["role"] for m in second] == ["system", "user", "assistant", "tool", "tool"]
+    assert [m["role"] for m in second] == ["system", "user", "assistant", "tool", "tool",
+                                           "system"]
+    # the new stage offers no tool: told to speak, not to write the results out
+    assert second[-1]["content"] == FINAL_NUDGE
 
 
 async def test_barge_in_during_tool_keeps_the_result(fake: FakeOpenAI, gate: Gate,

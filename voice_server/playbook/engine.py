@@ -131,10 +131,19 @@ class Engine:
             return self.initial_state(now)
 
     # -- events ---------------------------------------------------------------------------
-    def needs_intent(self, state: PlaybookState) -> list[str]:
-        """Intent names the current stage's transitions wait for (classify before start_turn)."""
-        return list(dict.fromkeys(tr.when.intent for _, tr in self._candidates(state, ("intent",))
-                                  if tr.when.intent))
+    def needs_intent(self, state: PlaybookState, text: str | None = None,
+                     now: float = 0.0) -> list[str]:
+        """Intent names the current stage's transitions wait for (classify before start_turn).
+        Given the turn's ``text``: none when a transition checked before them fires without
+        one (a keyword, a timeout), so that turn spends no request on classifying."""
+        intents: list[str] = []
+        for _, tr in self._candidates(state, TURN_START_KINDS):
+            if tr.when.intent is not None:
+                intents.append(tr.when.intent)
+            elif text is not None and not intents and \
+                    self._turn_condition(state, tr, text, now, None):
+                return []
+        return list(dict.fromkeys(intents))
 
     def start_turn(self, state: PlaybookState, text: str, now: float,
                    intent: str | None = None) -> Decision | None:
@@ -253,8 +262,9 @@ class Engine:
         if tr.to is not None:
             state.stage, state.stage_turns, state.entered_at = target, 0, now
             state.called = ""
-            if target != source and target in self.sheets:  # a fresh collection
-                state.facts = {}
+            if target != source and target in self.sheets:  # a fresh collection, from
+                state.facts = {name: state.data[name]  # what the session already knows
+                               for name in self.sheets[target].properties if name in state.data}
             on_enter = self.playbook.stages[target].on_enter
             if on_enter is not None:
                 state.data.update(on_enter.set)

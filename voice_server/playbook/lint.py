@@ -27,7 +27,8 @@ def lint(pb: Playbook) -> list[str]:
         if stage not in reachable:
             warnings.append(f"stage {stage!r} cannot be reached from the initial stage "
                             f"{pb.initial_stage!r}")
-    offered = set(pb.globals.tools) | {t for s in pb.stages.values() for t in s.tools}
+    offered = set(pb.globals.tools) | {t for s in pb.stages.values() for t in s.tools} | \
+        {s.collect.tool for s in pb.stages.values() if s.collect is not None}  # the engine calls it
     for tool in pb.tools:
         if tool not in offered:
             warnings.append(f"tool {tool!r} is not offered in any stage (add it to a stage's or "

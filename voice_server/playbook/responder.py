@@ -3,8 +3,8 @@
 One call of ``respond(ctx)`` is one user turn:
 
 1. restore the engine state from ``ctx.state`` (the session's playbook state);
-2. classify the user's intent, if a transition of the current stage waits for one (one extra,
-   non-streamed LLM call with a forced tool);
+2. classify the user's intent, if a transition of the current stage waits for one and none
+   checked before it fires without (one extra, non-streamed LLM call with a forced tool);
 3. fire at most one turn-start transition (``timeout_s``, ``max_turns``, ``keyword``, ``intent``):
    emit ``stage-change``, yield its ``say`` and the new stage's ``on_enter.say``;
 4. in a stage with ``collect`` (``collect.py``): note the facts the caller gave (one
@@ -163,7 +163,7 @@ class PlaybookResponder:
         self._save(ctx, st)
         text = _text_of(ctx.user_message)
         intent = None
-        if intents := self.engine.needs_intent(st):
+        if intents := self.engine.needs_intent(st, text, now):
             intent = await self._classify(st, ctx, text, intents)
         decision = self.engine.start_turn(st, text, now, intent)
         self._save(ctx, st)
@@ -188,9 +188,10 @@ class PlaybookResponder:
             extra = [fallback[1]] if fallback and fallback[0] == st.stage else []
             history = llm_messages(ctx.history[st.history_from:], self._history)
             turn = [ctx.user_message, *turn_msgs]
-            if final and turn_msgs:
-                turn.append({"role": "system", "content": FINAL_NUDGE})
             request = self._stage_request(plan, history, turn, extra, final=final)
+            if turn_msgs and not request.tools:  # the answer to a result, with no tool to
+                # call: told so, a small model spoke instead of writing the result as JSON
+                request.messages.append({"role": "system", "content": FINAL_NUDGE})
             last: list[StreamEvent] = []
             spoken: list[str] = []
             async with contextlib.aclosing(stream_text(

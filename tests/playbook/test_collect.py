@@ -59,6 +59,16 @@ def test_the_note_answer_is_json_with_every_argument_required_and_nullable(
     assert "x-from-caller" not in schema["properties"]["name"]["anyOf"][0]  # ours stay home
 
 
+def test_a_detail_the_session_holds_may_only_be_noted_as_null(engine: Engine) -> None:
+    """Its value came with the stage (a transition's `set`): the note cannot write over it."""
+    sheet = engine.sheets["booking"]
+    props = sheet.note_format(frozenset({"party_size", "unrelated"}))["json_schema"]["schema"]
+    assert props["properties"]["party_size"] == {"type": "null"}
+    assert props["required"] == ["name", "time", "party_size", "note"]
+    assert props["properties"]["time"] == sheet.note_format()["json_schema"]["schema"][
+        "properties"]["time"]
+
+
 def test_the_note_prompt_shows_the_details_and_every_example_in_full(engine: Engine) -> None:
     messages = engine.sheets["booking"].note_messages("For how many people?", "Two, please.")
     assert [m["role"] for m in messages] == ["system", "assistant", "user"]

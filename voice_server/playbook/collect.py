@@ -89,11 +89,16 @@ class FactSheet:
         return self.collect.ask.get(missing[0]) if missing else None
 
     # -- the note request -----------------------------------------------------------------
-    def note_format(self) -> dict[str, Any]:
+    def note_format(self, fixed: frozenset[str] = frozenset()) -> dict[str, Any]:
         """The answer's JSON Schema (OpenAI's ``response_format``): every argument required and
-        nullable, so the model must decide each one."""
-        props = {}
+        nullable, so the model must decide each one; a ``fixed`` one (the session's data
+        holds it) only null: the 1.5B model wrote "other" over the category a ticket stage
+        was entered with. (The prompt stays the same, so its cache does.)"""
+        props: dict[str, Any] = {}
         for name, schema in self.properties.items():
+            if name in fixed:
+                props[name] = {"type": "null"}
+                continue
             schema = public_schema(schema) if isinstance(schema, dict) else {}
             # anyOf, not a type list: llama.cpp's grammar keeps a pattern or a range only so
             props[name] = {"anyOf": [schema, {"type": "null"}]}

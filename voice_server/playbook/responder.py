@@ -289,7 +289,7 @@ class PlaybookResponder:
             today = datetime.fromtimestamp(self._clock()).astimezone().date() \
                 if self.playbook.globals.today else None
             noted = sheet.accept(result.text, text, asked, today, st.facts)
-        st.facts.update(noted)
+        st.facts.update({k: v for k, v in noted.items() if k not in st.data})  # data is fixed
         self._save(ctx, st)
         if not sheet.missing(st.facts):
             args = json.dumps({k: st.facts[k] for k in sheet.properties if k in st.facts},
@@ -414,7 +414,8 @@ class PlaybookResponder:
         return ChatRequest(messages=messages,
                            model=self.engine.plan(st, first_round=True).model,
                            temperature=0.0, max_tokens=48 + 24 * len(sheet.properties),
-                           response_format=sheet.note_format(), timeout_s=self._timeout_s)
+                           response_format=sheet.note_format(frozenset(st.data)),
+                           timeout_s=self._timeout_s)
 
     def warm_requests(self) -> list[ChatRequest]:
         """A request of each kind a stage makes (intent, facts, answer), with a user's "Hello."

@@ -22,19 +22,24 @@ told it is taken, and takes half past ten). A run succeeds when `book_appointmen
 with the date of the weekday named (worked out from today), the time and the name; the first
 answer must ask for the day.
 
+Support calls: four callers of the bundled `support` playbook (an outage, a ticket after a
+restart, a disputed bill, a transfer to a person). A call succeeds when it reaches the wrap-up
+with its tool called with the right account and category. The calls' lines are in
+bench/_spoken_calls.py.
+
 Prints JSON per profile: accuracy, heard, memory, turn time (p50, mean), bookings,
-appointments, and every miss.
+appointments, support calls, and every miss.
 A profile is a name and Settings overrides; the default profile is the server's defaults.
 
     python bench/quality.py [--voices piper,espeak] [--limit N] \
-        [--bookings N] [--appointments N] [--profile tiny='{"llm_model_path": "..."}' ...]
+        [--bookings N] [--appointments N] [--support N] \
+        [--profile tiny='{"llm_model_path": "..."}' ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import json
 import os
 import re
@@ -42,13 +47,25 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import websockets
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench._spoken_calls import (  # noqa: E402
+    CALLERS,
+    SUPPORT_CALLS,
+    VISITS,
+    ask,
+    booking_run,
+    bookings_summary,
+    caller_lines,
+    support_lines,
+    support_run,
+    visit_lines,
+    visit_run,
+)
 
 # (question, words the transcript must hold, accepted answers)
 QUESTIONS: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
@@ -220,169 +237,10 @@ def espeak_wavs(texts: list[str]) -> dict[str, bytes]:
     return out
 
 
-# ---- one turn over the WebSocket ---------------------------------------------------------------
-async def ask(ws: Any, wav: bytes, seen: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """One spoken turn; playbook events (stage changes, tool calls) go to ``seen``."""
-    started = time.monotonic()
-    await ws.send(json.dumps({"type": "audio", "data": base64.b64encode(wav).decode()}))
-    turn: dict[str, Any] = {"transcript": "", "answer": "", "error": None}
-    async with asyncio.timeout(120):
-        while True:
-            msg = json.loads(await ws.recv())
-            kind = msg["type"]
-            if seen is not None and kind in ("stage-change", "tool-call-start", "tool-call-end"):
-                seen.append(msg)
-            elif kind == "transcript" and msg.get("isFinal"):
-                turn["transcript"] = msg["text"]
-                if not msg["text"].strip():  # heard nothing: the server answers nothing
-                    break
-            elif kind == "llm":
-                turn["answer"] = msg["text"]
-            elif kind == "error":
-                turn["error"] = msg["code"]
-                break
-            elif kind == "tts-chunk" and "first_audio_s" not in turn:
-                turn["first_audio_s"] = round(time.monotonic() - started, 2)
-            elif kind == "tts-complete":
-                break
-    turn["seconds"] = round(time.monotonic() - started, 2)
-    return turn
-
-
-# ---- booking runs with the restaurant playbook -------------------------------------------------
-CALLERS = [  # party (spoken, number), time (spoken, HH:MM), name[, (reply to "full", time booked)]
-    ("two", 2, "seven thirty in the evening", "19:30", "Mario Rossi"),
-    ("four", 4, "eight o'clock tonight", "20:00", "Anna Smith",
-     ("Then nine o'clock, please.", "21:00")),
-    ("three", 3, "seven in the evening", "19:00", "John Baker"),
-    ("six", 6, "half past eight in the evening", "20:30", "Laura Chen"),
-    ("two", 2, "nine o'clock tonight", "21:00", "Peter Brown"),
-    ("five", 5, "six thirty in the evening", "18:30", "Maria Garcia"),
-    ("four", 4, "seven fifteen tonight", "19:15", "David Miller"),
-    ("three", 3, "eight thirty tonight", "20:30", "Sarah Wilson"),
-    ("two", 2, "six o'clock in the evening", "18:00", "James Taylor"),
-    ("eight", 8, "eight in the evening", "20:00", "Emma Davis", ("Yes, that works.", "21:00")),
-]
-OPENING = "Hello, I would like to book a table, please."
-FOLLOW_UPS = ("Yes, please book it.", "Please go ahead and book the table.")
-# playbooks/tools/restaurant.py: 20:00 is always fully booked, so those two callers hear "no
-# table" and then name another time or take the one offered: the run must book that one.
-
-
-def caller_lines(caller: tuple[Any, ...]) -> list[str]:
-    party, _, when, _, name, *full = caller
-    other = [full[0][0]] if full else []
-    return [OPENING, f"A table for {party} people at {when}, please.", f"My name is {name}.",
-            *other, *FOLLOW_UPS]
-
-
-async def spoken_booking(url: str, playbook: str, lines: list[str], wavs: dict[str, bytes],
-                         done_stage: str, tool: str) -> dict[str, Any]:
-    """One caller says ``lines`` to ``playbook`` until it reaches ``done_stage``: the turns,
-    the events of the first one, the tool calls, and ``tool``'s last successful arguments."""
-    seen: list[dict[str, Any]] = []
-    turns: list[dict[str, Any]] = []
-    async with websockets.connect(f"{url}?playbook={playbook}", max_size=None) as ws:
-        await ws.recv()
-        for line in lines:
-            turns.append(await ask(ws, wavs[line], seen))
-            if len(turns) == 1:
-                first_events = list(seen)
-            if any(m["type"] == "stage-change" and m["to"] == done_stage for m in seen):
-                break
-    calls = {m["callId"]: m for m in seen if m["type"] == "tool-call-start"}
-    booked = [calls[m["callId"]]["arguments"] for m in seen
-              if m["type"] == "tool-call-end" and not m.get("error")
-              and calls.get(m["callId"], {}).get("name") == tool]
-    return {"turns": turns, "first_events": first_events, "booked": bool(booked),
-            "args": booked[-1] if booked else {},
-            "report": {
-                "turns": [{k: t.get(k) for k in ("transcript", "answer", "error",
-                                                 "first_audio_s", "seconds")} for t in turns],
-                "tools": [{"name": c["name"], "arguments": c["arguments"]}
-                          for c in calls.values()]}}
-
-
-async def booking_run(url: str, caller: tuple[Any, ...], wavs: dict[str, bytes]) -> dict[str, Any]:
-    _, size, _, hhmm, name, *full = caller
-    hhmm = full[0][1] if full else hhmm
-    call = await spoken_booking(url, "restaurant", caller_lines(caller), wavs, "confirmation",
-                                "book_table")
-    args = call["args"]
-    return {
-        "caller": name,
-        "booked": call["booked"],
-        "right": call["booked"] and args.get("time") == hhmm and args.get("party_size") == size
-        and name.split()[0].lower() in str(args.get("name", "")).lower(),
-        "asked_for_time": "?" in call["turns"][0]["answer"] and not any(  # no time invented
-            m["type"] == "tool-call-start" and m["name"] in ("check_availability", "book_table")
-            for m in call["first_events"]),
-        **call["report"],
-    }
-
-
-def bookings_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    if not runs:
-        return {}
-    times = [t["seconds"] for r in runs for t in r["turns"]]
-    firsts = [t.get("first_audio_s", t["seconds"]) for r in runs for t in r["turns"]]
-    return {
-        "runs": len(runs), "booked": sum(r["booked"] for r in runs),
-        "booked_right": sum(r["right"] for r in runs),
-        "asked_for_time": sum(r["asked_for_time"] for r in runs),
-        "turn_s": {"p50": round(statistics.median(times), 2),
-                   "mean": round(statistics.mean(times), 2), "max": max(times)},
-        "first_audio_s": {"p50": round(statistics.median(firsts), 2),
-                          "mean": round(statistics.mean(firsts), 2), "max": max(firsts)},
-        "all_turns": [[t.get("first_audio_s"), t["seconds"]] for r in runs for t in r["turns"]],
-        "failed": [r for r in runs if not r["right"]],
-    }
-
-
-# ---- booking runs with the appointments playbook ----------------------------------------------
-VISITS = [  # day, time (spoken, HH:MM), name[, (reply to "taken", time booked)]
-    ("Monday", "at ten in the morning", "10:00", "Tom Hardy"),
-    ("Tuesday", "at half past two in the afternoon", "14:30", "Maria Gonzalez"),
-    ("Wednesday", "at nine thirty in the morning", "09:30", "Alan Turing"),
-    ("Thursday", "at eleven o'clock", "11:00", "Ada Lovelace"),
-    ("Monday", "at ten in the morning", "10:00", "Grace Hopper",  # Tom Hardy's: taken
-     ("Half past ten, please.", "10:30")),
-]
-VISIT_OPENING = "Hello, I would like to book a dental appointment, please."
-
-
-def visit_lines(visit: tuple[Any, ...]) -> list[str]:
-    day, when, _, name, *taken = visit
-    return [VISIT_OPENING, f"On {day} {when}, please.", f"My name is {name}.",
-            *([taken[0][0]] if taken else []), "Yes, please book it."]
-
-
-async def visit_run(url: str, visit: tuple[Any, ...], wavs: dict[str, bytes]) -> dict[str, Any]:
-    """One caller books with the appointments playbook; right: the weekday they named (worked
-    out from today), their time (or the one they took instead of a taken one), their name."""
-    from datetime import date
-
-    from voice_server.playbook.collect import spoken_day
-
-    day, _, hhmm, name, *taken = visit
-    hhmm = taken[0][1] if taken else hhmm
-    call = await spoken_booking(url, "appointments", visit_lines(visit), wavs, "done",
-                                "book_appointment")
-    args, wanted = call["args"], spoken_day(day, date.today())
-    return {
-        "caller": name, "booked": call["booked"],
-        "right": call["booked"] and args.get("date") == str(wanted) and args.get("time") == hhmm
-        and name.split()[0].lower() in str(args.get("name", "")).lower(),
-        "asked_for_time": "?" in call["turns"][0]["answer"] and not any(  # no day invented
-            m["type"] == "tool-call-start" for m in call["first_events"]),
-        **call["report"],
-    }
-
-
 async def run_profile(name: str, overrides: dict[str, Any], speech: dict[str, dict[str, bytes]],
                       limit: int, bookings: int = 0,
                       questions: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = QUESTIONS,
-                      visits: int = 0) -> dict[str, Any]:
+                      visits: int = 0, support: int = 0) -> dict[str, Any]:
     from voice_server.config import load_settings
     from voice_server.server.app import VoiceServer
 
@@ -412,6 +270,7 @@ async def run_profile(name: str, overrides: dict[str, Any], speech: dict[str, di
             os.environ["VOICE_SERVER_DATA_DIR"] = data
             appointments = [await visit_run(url, visit, speech[voice])
                             for visit in VISITS[:visits]]
+        calls = [await support_run(url, call, speech[voice]) for call in SUPPORT_CALLS[:support]]
     times = [r["seconds"] for r in results] or [0.0]
     asked = max(1, len(results))
     return {
@@ -426,6 +285,7 @@ async def run_profile(name: str, overrides: dict[str, Any], speech: dict[str, di
                    "mean": round(statistics.mean(times), 2), "max": max(times)},
         "bookings": bookings_summary(runs),
         "appointments": bookings_summary(appointments),
+        "support": bookings_summary(calls),
         "misses": [{k: r[k] for k in ("voice", "question", "transcript", "answer", "miss")}
                    for r in results if r["miss"]]
         + [{k: m[k] for k in ("voice", "case", "transcript", "answer", "miss")}
@@ -439,11 +299,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     texts = [q for q, _, _ in questions[:args.limit]] + [t for m in MEMORY for t in m[:2]]
     texts += sorted({line for c in CALLERS[:args.bookings] for line in caller_lines(c)})
     texts += sorted({line for v in VISITS[:args.appointments] for line in visit_lines(v)})
+    texts += sorted({line for c in SUPPORT_CALLS[:args.support] for line in support_lines(c)})
     makers = {"piper": piper_wavs, "espeak": espeak_wavs}
     speech = {v: makers[v](texts) for v in args.voices.split(",")}
     return {"bench": "quality", "profiles": [
         await run_profile(name, json.loads(overrides), speech, args.limit, args.bookings,
-                          questions, args.appointments)
+                          questions, args.appointments, args.support)
         for name, overrides in profiles]}
 
 
@@ -460,6 +321,8 @@ def main() -> None:
                     help="booking runs with the restaurant playbook (0 to 10)")
     ap.add_argument("--appointments", type=int, default=len(VISITS),
                     help=f"booking runs with the appointments playbook (0 to {len(VISITS)})")
+    ap.add_argument("--support", type=int, default=len(SUPPORT_CALLS),
+                    help=f"calls to the support playbook (0 to {len(SUPPORT_CALLS)})")
     ap.add_argument("--json", help="also write the result here")
     args = ap.parse_args()
     text = json.dumps(asyncio.run(run(args)), indent=1)

@@ -69,4 +69,6 @@ def create_ticket(account: str, category: str, summary: str) -> dict:
 async def transfer_to_human(team: str, summary: str = "", *, ctx) -> dict:
     """Hand the call over (a real deployment would call its telephony API here)."""
     return {"transferred": True, "team": team, "queue": ctx.options.get("queue", "default"),
-            "summary": summary, "expected_wait_s": 60}
+            "summary": summary, "expected_wait_s": 60,
+            "tell_caller": f"I'm transferring you to our {team} team now. A person will pick "
+                           "up in about a minute."}

@@ -238,6 +238,37 @@ async def test_defaults_runaway_calls_and_timeout_due(fake: FakeOpenAI, router: 
         assert responder.timeout_due(talk.state)
 
 
+async def test_a_result_that_says_its_answer_is_spoken_without_the_model(
+        fake: FakeOpenAI, router: LLMRouter) -> None:
+    """``answer_from``: a successful call's text is the answer, after the transition's say; a
+    round where any call gives none (another tool, an empty text, an error) goes back to
+    the model."""
+    pb = load_playbook_text(textwrap.dedent("""\
+        id: a
+        initial_stage: s
+        stages: {s: {tools: [told, add]}, t: {tools: [told, add, fails]}}
+        transitions: [{from: s, to: t, when: {tool_called: told}, say: "Right."}]
+        tools:
+          told: {handler: {python: "tool_funcs:told"}, answer_from: say}
+          add: {handler: {python: "tool_funcs:add"}}
+          fails: {handler: {python: "tool_funcs:broken"}, answer_from: say}
+        """), base_dir=HERE)
+    async with PlaybookResponder(pb, router) as responder:
+        talk = Conversation(responder)
+        fake.add(Reply(tool_calls=[{"name": "told", "arguments": {"n": 7}}]))
+        reply, _, _ = await talk.turn("seven")
+        assert reply == "Right. The number is 7." and len(fake.requests) == 1
+        assert talk.history[-1] == {"role": "assistant", "content": "Right. The number is 7."}
+        for calls in ([{"name": "told", "arguments": {"n": 1}},
+                       {"name": "add", "arguments": {"a": 1, "b": 1}}],
+                      [{"name": "told", "arguments": {"n": 0}}],
+                      [{"name": "fails", "arguments": {}}]):
+            fake.requests.clear()
+            fake.add(Reply(tool_calls=calls), "From the model.")
+            reply, _, _ = await talk.turn("again")
+            assert reply == "From the model." and len(fake.requests) == 2, calls
+
+
 async def test_consumer_closing_early_closes_the_stream(fake: FakeOpenAI,
                                                         responder: PlaybookResponder) -> None:
     """Closing the answer generator after the first delta ends the turn cleanly."""

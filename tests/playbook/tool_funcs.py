@@ -24,3 +24,8 @@ def broken() -> None:
 
 def odd_result() -> object:
     return {"when": object}  # not JSON: rendered with str()
+
+
+def told(n: int) -> dict:
+    """A result that carries its own spoken answer (``answer_from: say``), unless n is 0."""
+    return {"n": n, "say": f"The number is {n}." if n else ""}

@@ -56,7 +56,7 @@ from ..protocol import StageChange, ToolCallEnd, ToolCallStart
 from .collect import FactSheet
 from .engine import TRANSITION_TOOL, Decision, Engine, PlaybookState, StagePlan, ToolEvent
 from .schema import Playbook
-from .tools import ToolOutcome, ToolRunner
+from .tools import ToolOutcome, ToolRunner, answer_of
 
 __all__ = ["PlaybookResponder", "TurnContext"]
 
@@ -204,9 +204,12 @@ class PlaybookResponder:
             calls = tuple(last[0].tool_calls) if last else ()
             if not calls or final:
                 return
-            says = await self._tool_round(ctx, st, calls, "".join(spoken), turn_msgs)
+            says, answered = await self._tool_round(ctx, st, calls, "".join(spoken),
+                                                    turn_msgs)
             for say in says:
                 yield say
+            if answered:
+                return
 
     def _stage_request(self, plan: StagePlan, history: list[dict[str, Any]],
                        turn: list[dict[str, Any]], extra_tools: list[str], *,
@@ -231,8 +234,9 @@ class PlaybookResponder:
 
     async def _tool_round(self, ctx: TurnContext, st: PlaybookState,
                           calls: tuple[ToolCall, ...], spoken: str,
-                          turn_msgs: list[dict[str, Any]]) -> list[str]:
-        """Run one round's calls concurrently; record them; return the texts to say."""
+                          turn_msgs: list[dict[str, Any]]) -> tuple[list[str], bool]:
+        """Run one round's calls concurrently; record them; return the texts to say, and
+        whether they answer the turn: every call's tool gives its answer (``answer_from``)."""
         calls = tuple(ToolCall(id=f"call_{uuid.uuid4().hex[:16]}", name=c.name or "",
                                arguments=c.arguments) for c in calls[:MAX_CALLS_PER_ROUND])
         # The spoken preamble (if any) is part of the turn's final assistant entry, not this
@@ -265,7 +269,10 @@ class PlaybookResponder:
         for decision in decisions:
             says.extend(await self._announce(ctx, st, decision))
         self._save(ctx, st)
-        return says
+        answers = [answer_of(o, self.playbook.tools.get(o.name)) for o in outcomes]
+        if answers and all(answers):
+            return [*says, *(a for a in answers if a)], True
+        return says, False
 
     async def _collect(self, ctx: TurnContext, st: PlaybookState, sheet: FactSheet, text: str,
                        entered: bool, turn_msgs: list[dict[str, Any]],
@@ -298,7 +305,7 @@ class PlaybookResponder:
                 return [], False
             st.called = args
             call = ToolCall(id="", name=sheet.tool_name, arguments=args)
-            return await self._tool_round(ctx, st, (call,), "", turn_msgs), False
+            return await self._tool_round(ctx, st, (call,), "", turn_msgs)
         question = sheet.question(st.facts)
         if question and (noted or entered):
             return [question.strip()], True

@@ -234,6 +234,10 @@ class Tool(_Model):
                                            "`http: {url: ...}`")]
     interruptible: bool = Field(True, description="false: the answer announcing this tool's "
                                 "result cannot be cut off by barge-in")
+    answer_from: str | None = Field(None, min_length=1, description="a key of the result whose "
+                                    "text is the answer when the call succeeds: spoken as it "
+                                    "is, without asking the model (exact numbers, and a "
+                                    "request fewer)")
 
 
 class Playbook(_Model):

@@ -28,10 +28,10 @@ import aiohttp
 from jsonschema import Draft202012Validator
 
 from .errors import PlaybookError, ToolError
-from .schema import HttpSpec, Playbook, PythonHandler
+from .schema import HttpSpec, Playbook, PythonHandler, Tool
 
 __all__ = ["FROM_CALLER", "HandlerImportError", "ToolContext", "ToolOutcome", "ToolRunner",
-           "public_schema", "resolve_python"]
+           "answer_of", "public_schema", "resolve_python"]
 
 MAX_RESULT_CHARS = 8000
 
@@ -106,6 +106,16 @@ class ToolOutcome:
         payload = self.result if self.ok else {"error": self.error}
         text = payload if isinstance(payload, str) else json.dumps(payload, default=str)
         return text[:MAX_RESULT_CHARS]
+
+
+def answer_of(outcome: ToolOutcome, tool: Tool | None) -> str | None:
+    """The text a successful call's result gives as the turn's answer (the tool's
+    ``answer_from`` key), or None."""
+    if tool is None or tool.answer_from is None or not outcome.ok or \
+            not isinstance(outcome.result, dict):
+        return None
+    text = outcome.result.get(tool.answer_from)
+    return text.strip() if isinstance(text, str) and text.strip() else None
 
 
 FROM_CALLER = "x-from-caller"  # a parameter keyword: the value must be one the caller said

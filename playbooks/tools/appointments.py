@@ -75,7 +75,12 @@ def book_appointment(date: str, time: str, name: str, reason: str = "", *, ctx) 
             near = sorted(_free(conn, day), key=lambda s: abs(SLOTS.index(s) - at))[:3]
             offer = f"; free near it: {', '.join(sorted(near))}" if near else "; the day is full"
             raise ValueError(f"{day} {time} is already taken{offer}") from None
-    return {"appointment_id": cur.lastrowid, "date": day, "time": time, "name": name.strip()}
+    when = Date.fromisoformat(day)
+    hours, minutes = int(time[:2]), time[3:]
+    clock = f"{hours - 12 if hours > 12 else hours}{':' + minutes if minutes != '00' else ''}"
+    return {"appointment_id": cur.lastrowid, "date": day, "time": time, "name": name.strip(),
+            "tell_caller": f"You're booked for {when:%A} {when.day} {when:%B} at {clock} "
+                           f"{'pm' if hours >= 12 else 'am'}, {name.strip()}. See you then!"}
 
 
 def find_appointments(name: str, *, ctx) -> dict:

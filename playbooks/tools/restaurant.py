@@ -55,4 +55,15 @@ def book_table(name: str, time: str, party_size: int) -> dict:
         raise ValueError(f"no table at {time}: {free['reason']}{instead}")
     booking = hashlib.sha1(f"{name}|{time}|{party_size}".encode()).hexdigest()[:6].upper()
     return {"booked": True, "booking_id": f"L-{booking}", "name": name, "time": time,
-            "party_size": party_size}
+            "party_size": party_size,
+            # the answer, said as it is (answer_from): the model confirmed in the caller's
+            # voice at times ("I'll be there at 21:00")
+            "tell_caller": f"Your table for {party_size} at {_said(time)} is booked under "
+                           f"{name}. See you then!"}
+
+
+def _said(hhmm: str) -> str:
+    """'21:00' -> '9 pm', '20:30' -> '8:30 pm' (the kitchen serves 12:00-22:00)."""
+    hours, minutes = divmod(_minutes(hhmm), 60)
+    twelve = hours - 12 if hours > 12 else hours
+    return f"{twelve}{f':{minutes:02d}' if minutes else ''} pm"

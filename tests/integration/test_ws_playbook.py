@@ -19,10 +19,11 @@ async def test_playbook_voice_turns_collect_book_and_emit_events(scripted_server
                                                                  make_speech):
     """Speaking a booking request moves greeting -> booking (keyword); the engine notes the
     party size and asks for the time; the next turn gives it with a name, and the engine books:
-    tool-call-start, tool-call-end{durationMs}, stage-change, llm, tts, in that order."""
+    tool-call-start, tool-call-end{durationMs}, stage-change, llm (the tool's confirmation),
+    tts, in that order."""
+    before = len(fake_llm.requests)
     fake_llm.add('{"name": null, "time": null, "party_size": 2}',
-                 '{"name": "Peter", "time": "19:00", "party_size": null}',
-                 "Your table for two at seven is booked, Peter.")
+                 '{"name": "Peter", "time": "19:00", "party_size": null}')
     url = ws_url(scripted_server) + "?playbook=restaurant"
     async with websockets.connect(url, max_size=None) as ws:
         client = Client(ws)
@@ -50,7 +51,9 @@ async def test_playbook_voice_turns_collect_book_and_emit_events(scripted_server
     assert kinds.index("tool-call-start") < kinds.index("tool-call-end") \
         < kinds.index("stage-change") < kinds.index("llm") < kinds.index("tts-complete")
     llm = next(m for m in second if m["type"] == "llm")
-    assert llm["text"] == "All set! Your table for two at seven is booked, Peter."
+    # the tool's own confirmation (answer_from): no request for it
+    assert llm["text"] == "All set! Your table for 2 at 7 pm is booked under Peter. See you then!"
+    assert len(fake_llm.requests) - before == 2  # the two notes
     session = await scripted_server.sessions.get(ready["id"])
     assert session.meta["playbook"] == "restaurant"
     assert session.state["stage"] == "confirmation"

@@ -34,8 +34,7 @@ async def test_turn_with_playbook_events_and_history(fake: FakeOpenAI, router: L
     async def emit(message: Message) -> None:
         sent.append(json.loads(encode(message)))
 
-    fake.add('{"name": "Mario Rossi", "time": null, "party_size": null}',
-             "Your table for two at seven is booked, Mario.")
+    fake.add('{"name": "Mario Rossi", "time": null, "party_size": null}')
     pb = load_playbook(PLAYBOOKS / "restaurant.yaml")
     state = {"playbook": "restaurant", "stage": "booking",  # time and party size already given
              "facts": {"time": "19:00", "party_size": 2}}
@@ -59,5 +58,5 @@ async def test_turn_with_playbook_events_and_history(fake: FakeOpenAI, router: L
     assert roles == ["user", "assistant", "tool", "assistant"]
     assert turn.committed[1]["tool_calls"][0]["id"] == sent[0]["callId"]
     assert turn.committed[3]["content"] == \
-        "All set! Your table for two at seven is booked, Mario."
+        "All set! Your table for 2 at 7 pm is booked under Mario Rossi. See you then!"
     assert ctx.state["stage"] == "confirmation"

@@ -62,8 +62,8 @@ class PiperService:
         # follow the length of the audio (+160 MB after a 230-character sentence, +370 MB
         # after 460). Shrinking it after each run left a region pinned by that run's output in
         # about 1 run in 40 (+198 MB kept). Without it, freed memory goes back through
-        # malloc_trim every time, at about 6 ms (5 %) more per first piece (measured on
-        # six first-piece texts, 12 rounds each: median 130 -> 136 ms).
+        # malloc_trim every time. Cost, six first-piece texts: median 130 -> 136 ms in one
+        # run, 131.5 -> 131.3 ms in another (interleaved); 120-character pieces +12 %.
         options.enable_cpu_mem_arena = False
         session = onnxruntime.InferenceSession(str(voice_path), sess_options=options,
                                                providers=["CPUExecutionProvider"])
@@ -86,7 +86,7 @@ class PiperService:
 
     def synthesize(self, text: str, release: bool) -> np.ndarray:
         """``release``: give the memory this synthesis needed back to the system afterwards by
-        trimming the C heap (about 1 ms, so not for a first piece, which the listener waits
+        trimming the C heap (1 to 5 ms, so not for a first piece, which the listener waits
         for)."""
         parts = [chunk.audio_int16_array.reshape(-1) for chunk in self._voice.synthesize(text)]
         if release:

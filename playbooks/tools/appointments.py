@@ -64,6 +64,9 @@ def book_appointment(date: str, time: str, name: str, reason: str = "", *, ctx) 
     day = _check_day(date)
     if time not in SLOTS:
         raise ValueError(f"{time} is not a slot; slots run 09:00-16:30 every 30 minutes")
+    when = Date.fromisoformat(day)
+    if when == Date.today() and time <= datetime.now().strftime("%H:%M"):
+        raise ValueError(f"{time} today has already begun; the next slots today are later")
     with closing(_connect(ctx)) as conn:
         try:
             with conn:
@@ -72,15 +75,29 @@ def book_appointment(date: str, time: str, name: str, reason: str = "", *, ctx) 
                     (day, time, name.strip(), reason.strip()))
         except sqlite3.IntegrityError:
             at = SLOTS.index(time)  # slots are evenly spaced: their distance is the index's
-            near = sorted(_free(conn, day), key=lambda s: abs(SLOTS.index(s) - at))[:3]
-            offer = f"; free near it: {', '.join(sorted(near))}" if near else "; the day is full"
-            raise ValueError(f"{day} {time} is already taken{offer}") from None
-    when = Date.fromisoformat(day)
-    hours, minutes = int(time[:2]), time[3:]
-    clock = f"{hours - 12 if hours > 12 else hours}{':' + minutes if minutes != '00' else ''}"
-    return {"appointment_id": cur.lastrowid, "date": day, "time": time, "name": name.strip(),
-            "tell_caller": f"You're booked for {when:%A} {when.day} {when:%B} at {clock} "
-                           f"{'pm' if hours >= 12 else 'am'}, {name.strip()}. See you then!"}
+            near = sorted(sorted(_free(conn, day), key=lambda s: abs(SLOTS.index(s) - at))[:3])
+            # said as it is (answer_from): the 1.5B model, told the error, spoke of "the
+            # caller" ("The caller was unable to book...")
+            offer = (f"I can offer {_or(near)}. Which would you like?" if near else
+                     "That day is full. Which other day would suit you?")
+            return {"booked": False, "date": day, "time": time, "free_near": near,
+                    "tell_caller": f"Sorry, {when:%A} at {_clock(time)} is taken. {offer}"}
+    return {"booked": True, "appointment_id": cur.lastrowid, "date": day, "time": time,
+            "name": name.strip(),
+            "tell_caller": f"You're booked for {when:%A} {when.day} {when:%B} at "
+                           f"{_clock(time)}, {name.strip()}. See you then!"}
+
+
+def _clock(hhmm: str) -> str:
+    """'10:00' -> '10 am', '14:30' -> '2:30 pm'."""
+    hours, minutes = int(hhmm[:2]), hhmm[3:]
+    twelve = hours - 12 if hours > 12 else hours
+    return f"{twelve}{':' + minutes if minutes != '00' else ''} {'pm' if hours >= 12 else 'am'}"
+
+
+def _or(times: list[str]) -> str:
+    said = [_clock(t) for t in times]
+    return said[0] if len(said) == 1 else f"{', '.join(said[:-1])} or {said[-1]}"
 
 
 def find_appointments(name: str, *, ctx) -> dict:

@@ -253,3 +253,12 @@ def test_a_named_day_replaces_the_model_s_date_only_where_a_date_is_taken() -> N
     assert sheet.accept(later, "Monday the 7th.", today=date(2029, 12, 28)) == {
         "day": "2030-01-07"}
     assert sheet.accept(later, "Tomorrow.", today=date(2029, 12, 28)) == {"day": "2029-12-29"}
+    # a number said for the time is not a date: the 1.5B wrote today's date for "Half past
+    # ten" (and the engine booked a slot that had begun)
+    today_noted = json.dumps({"day": "2029-12-28", "time": "10:30"})
+    assert sheet.accept(today_noted, "Half past ten, please.", today=date(2029, 12, 28)) == {
+        "time": "10:30"}
+    for said in ("On the 28th at half past ten.", "December 28 at half past ten.",
+                 "Dec 28, 10:30."):
+        assert sheet.accept(today_noted, said, today=date(2029, 12, 28)) == {
+            "day": "2029-12-28", "time": "10:30"}, said

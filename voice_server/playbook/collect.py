@@ -141,11 +141,13 @@ class FactSheet:
         heard = set(_WORDS.findall(said.lower()))
         out = self._checked(arguments, said, heard, offered, known or {})
         day = spoken_day(said, today) if today is not None else None
-        if day is not None:
-            for name, schema in self.properties.items():
-                if isinstance(schema, dict) and _takes_a_date(schema) and \
-                        not _same_weekday_said(out.get(name), day, said, heard):
-                    out[name] = day.isoformat()
+        for name, schema in self.properties.items():
+            if not isinstance(schema, dict) or not _takes_a_date(schema):
+                continue
+            if day is not None and not _same_weekday_said(out.get(name), day, said, heard):
+                out[name] = day.isoformat()
+            elif day is None and name in out and not _date_said(out[name], heard):
+                del out[name]  # "Half past ten" noted as today's date: a time's number
         return out
 
     def _checked(self, arguments: str | dict[str, Any], said: str, heard: set[str],
@@ -223,6 +225,22 @@ def _same_weekday_said(noted: Any, day: Date, said: str, heard: set[str]) -> boo
     except ValueError:
         return False
     return found.weekday() == day.weekday() and found >= day and _says_a_number(said, heard)
+
+
+def _date_said(noted: Any, heard: set[str]) -> bool:
+    """The caller's words name the noted date's month, or its day of the month in digits
+    ("the 12th of March", "March twelfth", "on the 3rd", "2030-01-08"); a number said for
+    another detail is not a date."""
+    try:
+        found = Date.fromisoformat(str(noted))
+    except ValueError:
+        return False
+    return bool({found.strftime("%B").lower(), found.strftime("%b").lower(), str(found.day),
+                 f"{found.day:02d}", f"{found.day}{_ordinal(found.day)}"} & heard)
+
+
+def _ordinal(n: int) -> str:
+    return "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
 
 
 def _offered_alone(value: Any, schema: dict[str, Any], offered: str, known: Any) -> bool:

@@ -94,7 +94,7 @@ async def spoken_booking(url: str, playbook: str, lines: list[str], wavs: dict[s
                 break
     calls = {m["callId"]: m for m in seen if m["type"] == "tool-call-start"}
     booked = [calls[m["callId"]]["arguments"] for m in seen
-              if m["type"] == "tool-call-end" and not m.get("error")
+              if m["type"] == "tool-call-end" and not m.get("error") and _done(m.get("result"))
               and calls.get(m["callId"], {}).get("name") == tool]
     reached = any(m["type"] == "stage-change" and m["to"] == done_stage for m in seen)
     return {"turns": turns, "first_events": first_events, "booked": bool(booked),
@@ -105,6 +105,13 @@ async def spoken_booking(url: str, playbook: str, lines: list[str], wavs: dict[s
                                                  "first_audio_s", "seconds")} for t in turns],
                 "tools": [{"name": c["name"], "arguments": c["arguments"]}
                           for c in calls.values()]}}
+
+
+def _done(result: Any) -> bool:
+    """A result that says it did not do it (a taken slot: ``booked: false``; an unknown
+    account: ``found: false``) is an answer, not a booking."""
+    return not (isinstance(result, dict)
+                and (result.get("booked") is False or result.get("found") is False))
 
 
 async def booking_run(url: str, caller: tuple[Any, ...], wavs: dict[str, bytes]) -> dict[str, Any]:

@@ -56,12 +56,16 @@ _SHORTHAND_IN_CLASS = {"d": "0-9", "w": "A-Za-z0-9_", "s": " \\t\\n\\r"}
 _CONTROL = {"t": "\\t", "n": "\\n", "r": "\\r"}
 
 
-def schema_gbnf(schema: Any) -> str:
+def schema_gbnf(schema: Any, root: str = "root") -> str:
     """GBNF for JSON Schema ``schema`` (llama-cpp-python's converter, its patterns rewritten
-    without escapes: ``pattern_classes``)."""
+    without escapes: ``pattern_classes``), its top rule named ``root`` (another name, so a
+    grammar around it can use it as one of its rules)."""
     from llama_cpp import llama_grammar
 
-    return llama_grammar.json_schema_to_gbnf(json.dumps(_classes_in_patterns(schema)))
+    body = llama_grammar.json_schema_to_gbnf(json.dumps(_classes_in_patterns(schema)))
+    return body if root == "root" else "\n".join(
+        f"{root} ::=" + line[len("root ::="):] if line.startswith("root ::=") else line
+        for line in body.splitlines())
 
 
 def _classes_in_patterns(schema: Any) -> Any:
@@ -117,9 +121,7 @@ def tool_grammar(tools: list[dict[str, Any]]) -> str:
         "required": ["name", "arguments"],
     } for t in tools]
     schema = alternatives[0] if len(alternatives) == 1 else {"oneOf": alternatives}
-    body = schema_gbnf(schema)
-    body = "\n".join("tool-call-json ::=" + line[len("root ::="):]
-                     if line.startswith("root ::=") else line for line in body.splitlines())
+    body = schema_gbnf(schema, root="tool-call-json")
     return ('root ::= tool-call\n'  # one call an answer: a small model repeats calls in a loop
             f'tool-call ::= "{OPEN}" "\\n"? tool-call-json "\\n"? "{CLOSE}" | bare-call\n'
             # small models imitate the template's "{{"name": ...}}" example without its tags
@@ -131,9 +133,8 @@ def forced_call(tool: dict[str, Any]) -> tuple[str, str]:
     (so its dozen tokens are read in one batch, not generated one by one), and the grammar of
     the rest (the arguments and the closing brace)."""
     name = tool["function"]["name"]
-    body = schema_gbnf(tool["function"].get("parameters") or {"type": "object"})
-    body = "\n".join("arguments ::=" + line[len("root ::="):]
-                     if line.startswith("root ::=") else line for line in body.splitlines())
+    body = schema_gbnf(tool["function"].get("parameters") or {"type": "object"},
+                       root="arguments")
     return (f'{OPEN}\n{{"name": {json.dumps(name)}, "arguments": ',
             f'root ::= arguments "}}"\n{body}\n')
 
@@ -156,9 +157,7 @@ def json_template(response_format: dict[str, Any]) -> tuple[str, str, tuple[tupl
         return None
     parts = []
     for i, (key, sub) in enumerate(props.items()):
-        body = schema_gbnf(sub if isinstance(sub, dict) else {})
-        body = "\n".join("value ::=" + line[len("root ::="):]
-                         if line.startswith("root ::=") else line for line in body.splitlines())
+        body = schema_gbnf(sub if isinstance(sub, dict) else {}, root="value")
         end = "}" if i == len(props) - 1 else ","
         parts.append((("{" if i == 0 else " ") + json.dumps(key) + ":",
                       f'root ::= " "? value "{end}"\n{body}\n'))

@@ -220,23 +220,26 @@ def spoken_day(said: str, today: Date) -> Date | None:
 def _same_weekday_said(noted: Any, day: Date, said: str, heard: set[str]) -> bool:
     """A date the model noted that the caller's numbers back and that falls on the weekday
     named: "Monday the 7th of December" is that Monday, not the next one."""
-    try:
-        found = Date.fromisoformat(str(noted))
-    except ValueError:
-        return False
-    return found.weekday() == day.weekday() and found >= day and _says_a_number(said, heard)
+    found = _as_date(noted)
+    return found is not None and found.weekday() == day.weekday() and found >= day and \
+        _says_a_number(said, heard)
 
 
 def _date_said(noted: Any, heard: set[str]) -> bool:
     """The caller's words name the noted date's month, or its day of the month in digits
     ("the 12th of March", "March twelfth", "on the 3rd", "2030-01-08"); a number said for
     another detail is not a date."""
+    found = _as_date(noted)
+    return found is not None and bool(
+        {found.strftime("%B").lower(), found.strftime("%b").lower(), str(found.day),
+         f"{found.day:02d}", f"{found.day}{_ordinal(found.day)}"} & heard)
+
+
+def _as_date(value: Any) -> Date | None:
     try:
-        found = Date.fromisoformat(str(noted))
+        return Date.fromisoformat(str(value))
     except ValueError:
-        return False
-    return bool({found.strftime("%B").lower(), found.strftime("%b").lower(), str(found.day),
-                 f"{found.day:02d}", f"{found.day}{_ordinal(found.day)}"} & heard)
+        return None
 
 
 def _ordinal(n: int) -> str:

@@ -49,9 +49,14 @@ def _check_day(day: str) -> str:
 def _free(conn: sqlite3.Connection, day: str) -> list[str]:
     taken = {row[0] for row in conn.execute(
         "SELECT time FROM appointments WHERE day = ? AND cancelled = 0", (day,))}
-    if day == Date.today().isoformat():  # no slot that has begun
-        taken |= {s for s in SLOTS if s <= datetime.now().strftime("%H:%M")}
-    return [s for s in SLOTS if s not in taken]
+    return [s for s in SLOTS if s not in taken | _begun(day)]
+
+
+def _begun(day: str) -> set[str]:
+    """The slots of ``day`` that have already begun (today's, up to now)."""
+    if day != Date.today().isoformat():
+        return set()
+    return {s for s in SLOTS if s <= datetime.now().strftime("%H:%M")}
 
 
 def list_free_slots(date: str, *, ctx) -> dict:
@@ -64,9 +69,9 @@ def book_appointment(date: str, time: str, name: str, reason: str = "", *, ctx) 
     day = _check_day(date)
     if time not in SLOTS:
         raise ValueError(f"{time} is not a slot; slots run 09:00-16:30 every 30 minutes")
-    when = Date.fromisoformat(day)
-    if when == Date.today() and time <= datetime.now().strftime("%H:%M"):
+    if time in _begun(day):
         raise ValueError(f"{time} today has already begun; the next slots today are later")
+    when = Date.fromisoformat(day)
     with closing(_connect(ctx)) as conn:
         try:
             with conn:

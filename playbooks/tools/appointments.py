@@ -83,9 +83,12 @@ def book_appointment(date: str, time: str, name: str, reason: str = "", *, ctx) 
             near = sorted(sorted(_free(conn, day), key=lambda s: abs(SLOTS.index(s) - at))[:3])
             # said as it is (answer_from): the 1.5B model, told the error, spoke of "the
             # caller" ("The caller was unable to book...")
-            offer = (f"I can offer {_or(near)}. Which would you like?" if near else
+            offer = (f"I can offer {_or(near)}. Which would you like?" if len(near) > 1 else
+                     f"I can offer {_or(near)}. Would that suit you?" if near else
                      "That day is full. Which other day would suit you?")
             return {"booked": False, "date": day, "time": time, "free_near": near,
+                    # one time offered: a plain yes books it (offer_from)
+                    "offer": {"date": day, "time": near[0]} if len(near) == 1 else {},
                     "tell_caller": f"Sorry, {when:%A} at {_clock(time)} is taken. {offer}"}
     return {"booked": True, "appointment_id": cur.lastrowid, "date": day, "time": time,
             "name": name.strip(),

@@ -51,8 +51,7 @@ def check_availability(time: str, party_size: int) -> dict:
 def book_table(name: str, time: str, party_size: int) -> dict:
     free = check_availability(time, party_size)
     if not free["available"]:
-        instead = f"; try {free['alternative']}" if "alternative" in free else ""
-        raise ValueError(f"no table at {time}: {free['reason']}{instead}")
+        return {"booked": False, "reason": free["reason"], **_instead(time, free)}
     booking = hashlib.sha1(f"{name}|{time}|{party_size}".encode()).hexdigest()[:6].upper()
     return {"booked": True, "booking_id": f"L-{booking}", "name": name, "time": time,
             "party_size": party_size,
@@ -62,8 +61,24 @@ def book_table(name: str, time: str, party_size: int) -> dict:
                            f"{name}. See you then!"}
 
 
+def _instead(time: str, free: dict) -> dict:
+    """What the caller is told, said as it is (answer_from), and the time it offers
+    (offer_from), which a plain yes then books."""
+    if free["reason"] == "fully booked":
+        why = f"Sorry, we're fully booked at {_said(time)}."
+    elif "serve" in free["reason"]:
+        why = "Sorry, we serve from noon to 10 pm."
+    else:
+        why = f"Sorry, {free['reason']}."
+    if "alternative" not in free:
+        return {"tell_caller": f"{why} What would you like instead?"}
+    offered = free["alternative"]
+    return {"offer": {"time": offered},
+            "tell_caller": f"{why} I can offer {_said(offered)}. Would that work?"}
+
+
 def _said(hhmm: str) -> str:
-    """'21:00' -> '9 pm', '20:30' -> '8:30 pm' (the kitchen serves 12:00-22:00)."""
+    """'21:00' -> '9 pm', '20:30' -> '8:30 pm', '09:00' -> '9 am'."""
     hours, minutes = divmod(_minutes(hhmm), 60)
     twelve = hours - 12 if hours > 12 else hours
-    return f"{twelve}{f':{minutes:02d}' if minutes else ''} pm"
+    return f"{twelve}{f':{minutes:02d}' if minutes else ''} {'pm' if hours >= 12 else 'am'}"

@@ -1,7 +1,7 @@
 """The bundled appointments playbook's tools (playbooks/tools/appointments.py): a taken slot
-is a result that says its answer (the nearest free slots), a slot today that has begun cannot
-be booked, and a booking says its confirmation. Today is pinned to Wednesday 2029-12-26,
-14:10."""
+is a result that says its answer (the nearest free slots, and offers the one when only one is
+free), a slot today that has begun cannot be booked, and a booking says its confirmation.
+Today is pinned to Wednesday 2029-12-26, 14:10."""
 
 from __future__ import annotations
 
@@ -56,3 +56,17 @@ def test_a_slot_today_that_has_begun_is_refused(ctx) -> None:
         appointments.book_appointment("2029-12-26", "14:00", "Tom Hardy", ctx=ctx)
     assert appointments.book_appointment("2029-12-26", "14:30", "Tom Hardy", ctx=ctx)["booked"]
     assert "14:00" not in appointments.list_free_slots("2029-12-26", ctx=ctx)["free"]
+
+
+def test_a_taken_slot_with_one_free_near_it_offers_that_one(ctx) -> None:
+    """One slot left: the answer offers it, and the result holds it (offer_from), so a plain
+    yes books it; with several free (above) a yes could mean any, and none is offered."""
+    for time in ("14:30", "15:00", "15:30", "16:00"):  # today: 14:30-16:30 have not begun
+        assert appointments.book_appointment("2029-12-26", time, "Tom Hardy", ctx=ctx)["booked"]
+    taken = appointments.book_appointment("2029-12-26", "16:00", "Grace Hopper", ctx=ctx)
+    assert taken["offer"] == {"date": "2029-12-26", "time": "16:30"}
+    assert taken["tell_caller"] == ("Sorry, Wednesday at 4 pm is taken. I can offer 4:30 pm. "
+                                    "Would that suit you?")
+    several = appointments.book_appointment("2029-12-31", "10:00", "Tom Hardy", ctx=ctx)
+    assert several["booked"] and appointments.book_appointment(
+        "2029-12-31", "10:00", "Grace Hopper", ctx=ctx)["offer"] == {}

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from voice_server.playbook import Engine, PlaybookLoadError, load_playbook_text
-from voice_server.playbook.collect import NOTE_NAME
+from voice_server.playbook.collect import NOTE_NAME, declined, standing_offer
 
 PLAYBOOK = textwrap.dedent("""\
     id: t
@@ -109,29 +109,46 @@ def test_noted_values_are_kept_only_when_they_hold_up(engine: Engine, noted, sai
     assert engine.sheets["booking"].accept(raw, said) == kept
 
 
-OFFER = "We are fully booked at 20:00, but 21:00 is free for four. Shall I book it?"
+OFFER = {"time": "21:00", "party_size": 4, "name": "Anna Smith", "note": "by the window"}
 
 
 @pytest.mark.parametrize(("noted", "said", "kept"), [
-    ({"time": "21:00"}, "Yes, that works.", {"time": "21:00"}),
-    ({"time": "21:00", "party_size": 4}, "Sure.", {"time": "21:00", "party_size": 4}),
-    ({"time": "21:00"}, "Okay, that\u2019s fine.", {"time": "21:00"}),
-    # a value the offer does not hold, or a no, or a name, is not taken from it
-    ({"time": "21:30", "party_size": 2}, "Yes, that works.", {}),
+    ({}, "Yes, that works.", {"time": "21:00", "party_size": 4, "note": "by the window"}),
+    ({"time": "21:00"}, "Sure.", {"time": "21:00", "party_size": 4, "note": "by the window"}),
+    ({}, "Okay, that’s fine.", {"time": "21:00", "party_size": 4, "note": "by the window"}),
+    # the caller's own words first; a no takes nothing; a name is never taken from an offer
+    ({"time": "21:30"}, "Yes, at half past nine.", {"time": "21:30", "party_size": 4,
+                                                    "note": "by the window"}),
     ({"time": "21:00"}, "No, that's too late.", {}),
     ({"time": "21:00"}, "Okay, but not then.", {}),
     ({"time": "21:00"}, "Hmm.", {}),
-    ({"name": "Anna Smith"}, "Yes.", {}),
 ])
-def test_a_caller_who_says_yes_takes_the_numbers_the_agent_offered(engine: Engine, noted, said,
-                                                                  kept) -> None:
+def test_a_caller_who_says_yes_takes_what_a_tool_offered(engine: Engine, noted, said,
+                                                        kept) -> None:
     sheet = engine.sheets["booking"]
-    offer = OFFER.replace("four", "four, Anna Smith")
-    assert sheet.accept(json.dumps(noted), said, offer, known={"time": "20:00"}) == kept
-    assert sheet.accept(json.dumps(noted), said) == {}  # no offer: nothing to agree to
-    if "time" in kept:  # a yes to one of several times offered is none of them
-        several = "We are full at 20:00; 21:00 or 21:30 are free. Shall I book it?"
-        assert "time" not in sheet.accept(json.dumps(noted), said, several, known={"time": "20:00"})
+    assert sheet.accept(json.dumps(noted), said, OFFER) == kept
+    assert "party_size" not in sheet.accept(json.dumps(noted), said)  # no offer: not said
+    bad = {"time": "nine", "party_size": 40}  # an offer is checked against the schemas too
+    assert sheet.accept("{}", said, bad) == {}
+
+
+def test_a_declined_offer_reopens_the_details_it_offered_another_value_for() -> None:
+    facts = {"day": "2029-12-31", "time": "10:00", "name": "Ada"}
+    offer = {"day": "2029-12-31", "time": "10:30"}
+    assert declined(offer, facts, "No, that doesn't suit me.") == ["time"]
+    assert declined(offer, facts, "Do you have anything later?") == ["time"]
+    assert declined(offer, facts, "Yes, that's fine.") == []
+    assert declined(None, facts, "No.") == []
+
+
+def test_an_offer_stands_while_its_answer_is_the_last_thing_heard() -> None:
+    said = "Sorry, we're fully booked at 8 pm. I can offer 9 pm. Would that work?"
+    offer = {"time": "21:00"}
+    assert standing_offer(offer, said, "All set!  " + said.replace(" I", "\nI")) == offer
+    assert standing_offer(offer, said, "Sorry, we're fully booked at 8 pm.") is None  # cut off
+    assert standing_offer(offer, said, "We have 9 pm free. Shall I book it?") is None  # model
+    assert standing_offer({}, said, said) is None
+    assert standing_offer(offer, said, None) is None
 
 
 def test_questions_follow_the_ask_order_then_the_schema(engine: Engine) -> None:

@@ -87,6 +87,10 @@ CASES = [
      ["pb.yaml:5:9: stages.end.system_promt: unknown field 'system_promt' (expected one of: "
       "collect, llm, max_turns, on_enter, system_prompt, timeout_s, tool_choice, tools, "
       "turn_taking)"]),
+    ("an offer the tool's answer does not make", GOOD.replace(
+        'handler: {python: "json:dumps"}', 'handler: {python: "json:dumps"}\n    offer_from: x'),
+     ["pb.yaml:10:5: tools.lookup: offer_from needs answer_from: an offer the caller accepts "
+      "must be one the tool's own answer made"]),
     ("missing field", GOOD.replace("initial_stage: start\n", ""),
      ["pb.yaml:1:1: missing required field 'initial_stage'"]),
     ("two conditions", GOOD.replace("{tool_called: lookup}",

@@ -1,12 +1,10 @@
 """The bundled restaurant playbook's tools (playbooks/tools/restaurant.py): a time outside the
 kitchen's hours that is an evening time twelve hours on ("nine" written 09:00) comes back with
-that time as the alternative, as a fully booked slot does, so the agent can offer it."""
+that time as the alternative, as a fully booked slot does, and the booking tool offers it."""
 
 from __future__ import annotations
 
 import importlib.util
-
-import pytest
 
 from tests.playbook.conftest import PLAYBOOKS
 
@@ -28,10 +26,17 @@ def test_a_time_no_reading_makes_servable_has_no_alternative() -> None:
     assert restaurant.check_availability("21:00", 2)["available"] is True
 
 
-def test_booking_a_closed_or_full_time_names_the_time_to_try() -> None:
-    with pytest.raises(ValueError, match=r"no table at 09:00: we serve between 12:00 and "
-                                         r"22:00; try 21:00"):
-        restaurant.book_table("Anna Smith", "09:00", 4)
-    with pytest.raises(ValueError, match="no table at 20:00: fully booked; try 21:00"):
-        restaurant.book_table("Anna Smith", "20:00", 4)
-    assert restaurant.book_table("Anna Smith", "21:00", 4)["booked"] is True
+def test_booking_a_closed_or_full_time_says_so_and_offers_the_time_to_try() -> None:
+    """The answer is said as it is (answer_from) and its time is the offer a yes books
+    (offer_from); a time with nothing to offer asks for another."""
+    assert restaurant.book_table("Anna Smith", "20:00", 4) == {
+        "booked": False, "reason": "fully booked", "offer": {"time": "21:00"},
+        "tell_caller": "Sorry, we're fully booked at 8 pm. I can offer 9 pm. Would that work?"}
+    assert restaurant.book_table("Anna Smith", "09:00", 4)["tell_caller"] == (
+        "Sorry, we serve from noon to 10 pm. I can offer 9 pm. Would that work?")
+    closed = restaurant.book_table("Anna Smith", "23:30", 2)
+    assert "offer" not in closed and closed["tell_caller"] == (
+        "Sorry, we serve from noon to 10 pm. What would you like instead?")
+    booked = restaurant.book_table("Anna Smith", "21:00", 4)
+    assert booked["booked"] is True and booked["tell_caller"].startswith(
+        "Your table for 4 at 9 pm is booked under Anna Smith.")

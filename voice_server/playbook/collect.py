@@ -16,11 +16,12 @@ model, runs the conversation of such a stage. On each user turn:
    date the caller names by its day ("tomorrow", "on Monday", "the day after tomorrow") is
    worked out here from today's date, when the playbook gives it (``globals.today``): a small
    model writes a wrong date for "Monday" even with the week's dates in front of it. A
-   caller who agrees ("Yes, that works.", "Sure.") to what the agent offered in its last message
-   ("fully booked at 20:00; I suggest 21:00") takes its numbers: a value is then kept when
-   that message holds it verbatim and no other of its pattern but the one known (a text), or
-   says it (a whole number), never a name. A value that fails is dropped, not stored: a model
-   that fills a blank with a guess changes nothing;
+   caller who agrees ("Yes, that works.", "Sure.") takes the values a tool's spoken answer
+   offered (``offer_from``: "Sorry, 8 pm is fully booked. I can offer 9 pm. Would that
+   work?" with ``{time: "21:00"}``) for the details the caller's own words do not give; one
+   who does not ("No, that's too late.") is asked for those details again. Never from the
+   model's words: it offers times it has not checked. A value that fails is dropped, not
+   stored: a model that fills a blank with a guess changes nothing;
 3. **act**: when every required argument is known, the engine calls the tool itself (once per set
    of values: a call that failed is not repeated until the caller changes something); otherwise
    the question of the first missing argument (``ask``) is spoken, when the turn gave new facts
@@ -43,7 +44,7 @@ from jsonschema import Draft202012Validator
 from .schema import Collect, Tool
 from .tools import FROM_CALLER, public_schema
 
-__all__ = ["NOTE_NAME", "FactSheet", "sheets", "spoken_day"]
+__all__ = ["NOTE_NAME", "FactSheet", "declined", "sheets", "spoken_day", "standing_offer"]
 
 NOTE_NAME = "note_facts"
 _WORDS = re.compile(r"[^\W_]+")
@@ -132,14 +133,14 @@ class FactSheet:
         return f"{self.tool_name} ({about})" if about else self.tool_name
 
     # -- judging the answer -----------------------------------------------------------------
-    def accept(self, arguments: str | dict[str, Any], said: str, offered: str | None = None,
-               today: Date | None = None, known: dict[str, Any] | None = None,
+    def accept(self, arguments: str | dict[str, Any], said: str,
+               offer: dict[str, Any] | None = None, today: Date | None = None,
                ) -> dict[str, Any]:
-        """The noted values that hold up (see the module docstring, step 2); ``offered`` is
-        the agent's last message, which the caller may agree to; ``today`` resolves the days
-        the caller names; ``known``: the facts so far."""
+        """The noted values that hold up (see the module docstring, step 2); ``offer``: the
+        values the agent's last message offered (a tool's), which a yes takes; ``today``
+        resolves the days the caller names."""
         heard = set(_WORDS.findall(said.lower()))
-        out = self._checked(arguments, said, heard, offered, known or {})
+        out = self._checked(arguments, said, heard)
         day = spoken_day(said, today) if today is not None else None
         for name, schema in self.properties.items():
             if not isinstance(schema, dict) or not _takes_a_date(schema):
@@ -148,10 +149,15 @@ class FactSheet:
                 out[name] = day.isoformat()
             elif day is None and name in out and not _date_said(out[name], heard):
                 del out[name]  # "Half past ten" noted as today's date: a time's number
+        if offer and _agrees(said):  # the caller's own words first: "Yes, at half past nine"
+            out = {**self._checked(offer, "", set(), checked=False), **out}
         return out
 
-    def _checked(self, arguments: str | dict[str, Any], said: str, heard: set[str],
-                 offered: str | None, known: dict[str, Any]) -> dict[str, Any]:
+    def _checked(self, arguments: str | dict[str, Any], said: str, heard: set[str], *,
+                 checked: bool = True) -> dict[str, Any]:
+        """The values that validate against their schemas, whose ``x-from-caller`` texts are
+        made of the caller's words (``heard``), and, when ``checked``, that those words back
+        (``_backed``)."""
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments or "{}")
@@ -159,7 +165,6 @@ class FactSheet:
                 return {}
         if not isinstance(arguments, dict):
             return {}
-        agreed = offered if offered and _agrees(said) else None
         out = {}
         for name, schema in self.properties.items():
             value = arguments.get(name)
@@ -169,14 +174,8 @@ class FactSheet:
                 continue
             if schema.get(FROM_CALLER) and \
                     not set(_WORDS.findall(str(value).lower())) <= heard:
-                continue
-            if isinstance(value, int) and not isinstance(value, bool):
-                if not _says_integer(value, said, heard) and not (
-                        agreed and _says_integer(value, agreed,
-                                                 set(_WORDS.findall(agreed.lower())))):
-                    continue
-            elif _numeric(value) and not _says_a_number(said, heard) and not (
-                    agreed and _offered_alone(value, schema, agreed, known.get(name))):
+                continue  # never offered: a name is the caller's
+            if checked and not _backed(value, said, heard):
                 continue
             out[name] = value
         return out
@@ -197,6 +196,14 @@ def _numeric(value: Any) -> bool:
         return False
     return isinstance(value, int | float) or (isinstance(value, str) and
                                               any(ch.isdigit() for ch in value))
+
+
+def _backed(value: Any, said: str, heard: set[str]) -> bool:
+    """The caller's words back a noted value: a whole number is said, a text with digits
+    comes with a number."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _says_integer(value, said, heard)
+    return not _numeric(value) or _says_a_number(said, heard)
 
 
 def spoken_day(said: str, today: Date) -> Date | None:
@@ -246,21 +253,22 @@ def _ordinal(n: int) -> str:
     return "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
 
 
-def _offered_alone(value: Any, schema: dict[str, Any], offered: str, known: Any) -> bool:
-    """The agent's message holds ``value``, and no other value of its pattern but the one
-    already known: a yes to "20:00 is full; I suggest 21:00" takes 21:00, a yes to "09:00,
-    09:30 and 10:30 are free" takes none (the model then asks which)."""
-    if str(value).lower() not in offered.lower():
-        return False
-    pattern = schema.get("pattern")
-    if not isinstance(pattern, str):
-        return True
-    try:
-        found = {m.group(0) for m in re.finditer(pattern.removeprefix("^").removesuffix("$"),
-                                                 offered)}
-    except re.error:
-        return True
-    return not found - {str(value), str(known)}
+def standing_offer(offer: dict[str, Any], offer_said: str, asked: str | None
+                   ) -> dict[str, Any] | None:
+    """``offer``, the values a tool's answer ``offer_said`` offered, while that answer is in
+    the agent's last message as the caller heard it (``asked``): a later answer, or a
+    barge-in that cut it off, ends it."""
+    if not offer or not asked:
+        return None
+    return offer if " ".join(offer_said.split()) in " ".join(asked.split()) else None
+
+
+def declined(offer: dict[str, Any] | None, facts: dict[str, Any], said: str) -> list[str]:
+    """The details a caller who does not take a standing ``offer`` ("No, that's too late.")
+    leaves open: those it offered another value for than the one that failed (asked again)."""
+    if not offer or _agrees(said):
+        return []
+    return [name for name, value in offer.items() if name in facts and facts[name] != value]
 
 
 def _takes_a_date(schema: dict[str, Any]) -> bool:

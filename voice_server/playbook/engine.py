@@ -53,6 +53,8 @@ class PlaybookState:
     history_from: int = 0  # history index where the playbook's view starts (clear_history)
     facts: dict[str, Any] = field(default_factory=dict)  # collected by the stage's `collect`
     called: str = ""  # the arguments of the engine's last `collect` call (not repeated)
+    offer: dict[str, Any] = field(default_factory=dict)  # values a tool's answer offered
+    offer_said: str = ""  # that answer (the offer stands while it is the agent's last words)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -126,7 +128,8 @@ class Engine:
                 stage_turns=int(raw.get("stage_turns", 0)), turns=int(raw.get("turns", 0)),
                 entered_at=float(raw.get("entered_at", now)), data=dict(raw.get("data") or {}),
                 history_from=int(raw.get("history_from", 0)),
-                facts=dict(raw.get("facts") or {}), called=str(raw.get("called") or ""))
+                facts=dict(raw.get("facts") or {}), called=str(raw.get("called") or ""),
+                offer=dict(raw.get("offer") or {}), offer_said=str(raw.get("offer_said") or ""))
         except (TypeError, ValueError):
             return self.initial_state(now)
 
@@ -261,7 +264,7 @@ class Engine:
         say = [tr.say] if tr.say else []
         if tr.to is not None:
             state.stage, state.stage_turns, state.entered_at = target, 0, now
-            state.called = ""
+            state.called, state.offer, state.offer_said = "", {}, ""
             if target != source and target in self.sheets:  # a fresh collection, from
                 state.facts = {name: state.data[name]  # what the session already knows
                                for name in self.sheets[target].properties if name in state.data}

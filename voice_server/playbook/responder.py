@@ -53,10 +53,10 @@ from ..llm import (
 )
 from ..pipeline.turn import DEFAULT_WINDOW, HistoryWindow, TurnContext, llm_messages
 from ..protocol import StageChange, ToolCallEnd, ToolCallStart
-from .collect import FactSheet
+from .collect import FactSheet, declined, standing_offer
 from .engine import TRANSITION_TOOL, Decision, Engine, PlaybookState, StagePlan, ToolEvent
 from .schema import Playbook
-from .tools import ToolOutcome, ToolRunner, answer_of
+from .tools import ToolOutcome, ToolRunner, answer_of, offer_of
 
 __all__ = ["PlaybookResponder", "TurnContext"]
 
@@ -268,11 +268,14 @@ class PlaybookResponder:
         says: list[str] = []
         for decision in decisions:
             says.extend(await self._announce(ctx, st, decision))
+        tools = [self.playbook.tools.get(o.name) for o in outcomes]
+        answers = [a for o, t in zip(outcomes, tools, strict=True) if (a := answer_of(o, t))]
+        answered = bool(outcomes) and len(answers) == len(outcomes)
+        st.offer = {k: v for o, t in zip(outcomes, tools, strict=True)
+                    for k, v in offer_of(o, t).items()} if answered else {}
+        st.offer_said = " ".join(answers) if st.offer else ""
         self._save(ctx, st)
-        answers = [answer_of(o, self.playbook.tools.get(o.name)) for o in outcomes]
-        if answers and all(answers):
-            return [*says, *(a for a in answers if a)], True
-        return says, False
+        return ([*says, *answers], True) if answered else (says, False)
 
     async def _collect(self, ctx: TurnContext, st: PlaybookState, sheet: FactSheet, text: str,
                        entered: bool, turn_msgs: list[dict[str, Any]],
@@ -295,7 +298,11 @@ class PlaybookResponder:
             _add_usage(ctx, result.usage)
             today = datetime.fromtimestamp(self._clock()).astimezone().date() \
                 if self.playbook.globals.today else None
-            noted = sheet.accept(result.text, text, asked, today, st.facts)
+            offer = standing_offer(st.offer, st.offer_said, asked)
+            noted = sheet.accept(result.text, text, offer, today)
+        reopened = [k for k in declined(offer, st.facts, text) if k not in noted]
+        for name in reopened:  # asked for again: the value that failed is not wanted
+            st.facts.pop(name, None)
         st.facts.update({k: v for k, v in noted.items() if k not in st.data})  # data is fixed
         self._save(ctx, st)
         if not sheet.missing(st.facts):
@@ -307,7 +314,7 @@ class PlaybookResponder:
             call = ToolCall(id="", name=sheet.tool_name, arguments=args)
             return await self._tool_round(ctx, st, (call,), "", turn_msgs)
         question = sheet.question(st.facts)
-        if question and (noted or entered):
+        if question and (noted or entered or reopened):
             return [question.strip()], True
         return [], False
 
@@ -490,3 +497,4 @@ def _said(ctx: TurnContext) -> str:
     """Everything the caller said in this conversation (for ``x-from-caller`` arguments)."""
     return " ".join(str(m.get("content") or "") for m in [*ctx.history, ctx.user_message]
                     if m.get("role") == "user")
+

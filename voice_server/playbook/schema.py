@@ -238,6 +238,17 @@ class Tool(_Model):
                                     "text is the answer when the call succeeds: spoken as it "
                                     "is, without asking the model (exact numbers, and a "
                                     "request fewer)")
+    offer_from: str | None = Field(None, min_length=1, description="with answer_from: a key of "
+                                   "the result holding the argument values that answer offers "
+                                   "(e.g. {time: '21:00'}); in a collect stage a caller's plain "
+                                   "yes takes them")
+
+    @model_validator(mode="after")
+    def _offer_is_spoken(self) -> Tool:
+        if self.offer_from is not None and self.answer_from is None:
+            raise ValueError("offer_from needs answer_from: an offer the caller accepts must "
+                             "be one the tool's own answer made")
+        return self
 
 
 class Playbook(_Model):

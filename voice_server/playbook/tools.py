@@ -31,7 +31,7 @@ from .errors import PlaybookError, ToolError
 from .schema import HttpSpec, Playbook, PythonHandler, Tool
 
 __all__ = ["FROM_CALLER", "HandlerImportError", "ToolContext", "ToolOutcome", "ToolRunner",
-           "answer_of", "public_schema", "resolve_python"]
+           "answer_of", "offer_of", "public_schema", "resolve_python"]
 
 MAX_RESULT_CHARS = 8000
 
@@ -116,6 +116,14 @@ def answer_of(outcome: ToolOutcome, tool: Tool | None) -> str | None:
         return None
     text = outcome.result.get(tool.answer_from)
     return text.strip() if isinstance(text, str) and text.strip() else None
+
+
+def offer_of(outcome: ToolOutcome, tool: Tool | None) -> dict[str, Any]:
+    """The argument values a call's spoken answer offers (the tool's ``offer_from`` key)."""
+    if tool is None or tool.offer_from is None or answer_of(outcome, tool) is None:
+        return {}
+    offer = outcome.result.get(tool.offer_from)
+    return dict(offer) if isinstance(offer, dict) else {}
 
 
 FROM_CALLER = "x-from-caller"  # a parameter keyword: the value must be one the caller said

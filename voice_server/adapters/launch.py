@@ -26,10 +26,10 @@ __all__ = ["check_sidecars", "launch_sidecars"]
 # One line per sidecar adapter that can run beside the voice server: its module and the
 # pydantic model of its options
 _RUNNERS: dict[str, tuple[str, str]] = {
-    "broker": ("voice_server.adapters.broker.sidecar", "BrokerSidecarConfig"),
-    "host": ("voice_server.adapters.host.sidecar", "HostSidecarConfig"),
+    "broker": ("voice_server.adapters.broker.server", "BrokerSidecarConfig"),
+    "host": ("voice_server.adapters.host.server", "HostSidecarConfig"),
     "caller": ("voice_server.adapters.caller.sidecar", "CallerSidecarConfig"),
-    "prompt": ("voice_server.adapters.prompt.sidecar", "PromptSidecarConfig"),
+    "prompt": ("voice_server.adapters.prompt.server", "PromptSidecarConfig"),
 }
 _PORT_FIELDS = ("port", "http_port", "grpc_port")
 _ANY_ADDRESS = {"", "0.0.0.0", "::"}

@@ -32,7 +32,7 @@ def add_sidecar_parser(sidecar_subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .sidecar import BrokerSidecarConfig, run_sidecar
+    from .server import BrokerSidecarConfig, run_sidecar
 
     config = sidecar_config(
         BrokerSidecarConfig, host=args.host, port=args.port, http_port=args.http_port,

@@ -7,6 +7,10 @@ closes the connection, since the stream cannot be resynchronised. A close inside
 gets no reply; a close inside a payload is answered ``{"correlation_id": null, "error":
 "Connection error", "results": null}``, as the original's connection-error path does,
 for a client that only half-closed and still reads.
+
+``run_sidecar`` serves the broker as one unit, the TCP server plus the optional HTTP proxy over
+one ``BrokerService``, for ``voice-server sidecar broker`` and ``adapters.launch`` (sidecars
+started beside the voice server from config).
 """
 
 from __future__ import annotations
@@ -14,14 +18,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
-from ..kit import StreamServer
+from pydantic import Field
+
+from ...config import Settings
+from ...llm import LLMRouter
+from ..kit import StreamServer, StrictModel, with_defaults
 from .codec import FrameDecoder, encode_frame
 from .errors import FrameTooLarge, FrameTruncated
 from .messages import WireRequest, WireResponse, safe_error_message, try_parse_request
-from .service import BrokerService
+from .proxy import BrokerProxy
+from .service import BrokerOptions, BrokerService
 
-__all__ = ["BrokerServer"]
+__all__ = ["BrokerServer", "BrokerSidecarConfig", "run_sidecar"]
 
 log = logging.getLogger(__name__)
 
@@ -80,3 +91,32 @@ class BrokerServer(StreamServer):
                 else:
                     response = parsed
                 await self._send(writer, response)
+
+
+class BrokerSidecarConfig(StrictModel):
+    """Where the broker listens, and its adapter options."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(0, ge=0, le=65535, description="TCP port (0: a free one)")
+    http_port: int | None = Field(None, ge=0, le=65535,
+                                  description="HTTP proxy port (None: no proxy)")
+    options: BrokerOptions = Field(default_factory=BrokerOptions)
+
+
+@contextlib.asynccontextmanager
+async def run_sidecar(router: LLMRouter, config: BrokerSidecarConfig | Mapping[str, Any],
+                      settings: Settings) -> AsyncIterator[dict[str, str]]:
+    """Serve until the block exits; yields the addresses (``broker`` and maybe ``http``)."""
+    config = BrokerSidecarConfig.model_validate(config)
+    service = BrokerService(router, with_defaults(
+        config.options, temperature=settings.llm_temperature,
+        request_timeout_s=settings.llm_timeout_s))
+    async with contextlib.AsyncExitStack() as stack:
+        server = await stack.enter_async_context(
+            BrokerServer(service, host=config.host, port=config.port))
+        ready = {"broker": f"{config.host}:{server.port}"}
+        if config.http_port is not None:
+            proxy = await stack.enter_async_context(
+                BrokerProxy(service, host=config.host, port=config.http_port))
+            ready["http"] = proxy.url
+        yield ready

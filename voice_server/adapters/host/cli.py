@@ -53,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .sidecar import HostSidecarConfig, run_sidecar
+    from .server import HostSidecarConfig, run_sidecar
 
     options = {"model": args.model, "max_clients": args.max_clients,
                "concurrency": args.concurrency, "max_tokens": args.max_tokens,

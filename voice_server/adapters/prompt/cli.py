@@ -293,7 +293,7 @@ async def _cmd_tools_remove(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .sidecar import PromptSidecarConfig, run_sidecar
+    from .server import PromptSidecarConfig, run_sidecar
 
     config = sidecar_config(
         PromptSidecarConfig, host=args.host, port=args.port,

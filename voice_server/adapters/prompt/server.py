@@ -4,17 +4,27 @@ Spec: specs/sidecar-prompt-service.md "gRPC (JSON) Flow" and "Health & Readiness
 (docs/sidecar-prompt.md). The original Go service sniffs gRPC and HTTP/1.1 on one port; Python
 cannot share a port between ``grpcio`` and an HTTP server, so gRPC gets its own. Both are thin:
 the codec decides every byte, ``PromptService`` does the work.
+
+``run_sidecar`` serves the prompt service as one unit, its tool store, vault and both servers over
+one service, for ``voice-server sidecar prompt`` and ``adapters.launch`` (sidecars started beside
+the voice server from config), where ``local`` tools run on the server's own embedded model.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 import grpc
 from aiohttp import web
+from pydantic import Field
 
-from ..kit import HTTPPort
+from ...config import ConfigError, Settings
+from ...llm import LLMRouter
+from ..kit import HTTPPort, StrictModel
 from .codec import (
     MAX_MESSAGE_BYTES,
     connect_error,
@@ -24,9 +34,10 @@ from .codec import (
     parse_run_request,
 )
 from .errors import InvalidArgument, PromptError
-from .service import PromptService
+from .service import PromptService, open_service
 
-__all__ = ["DEFAULT_GRPC_PORT", "DEFAULT_PORT", "RUN_PATH", "PromptSidecar"]
+__all__ = ["DEFAULT_GRPC_PORT", "DEFAULT_PORT", "RUN_PATH", "PromptSidecar", "PromptSidecarConfig",
+           "run_sidecar"]
 
 log = logging.getLogger(__name__)
 
@@ -152,3 +163,39 @@ class PromptSidecar(HTTPPort):
 def _grpc_code(error: PromptError) -> grpc.StatusCode:
     # grpcio spells "canceled" (the status code document's word) CANCELLED
     return grpc.StatusCode[error.code.upper().replace("CANCELED", "CANCELLED")]
+
+
+class PromptSidecarConfig(StrictModel):
+    """Where the prompt service listens and where its tool configurations and secrets live."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(DEFAULT_PORT, ge=0, le=65535, description="Connect/HTTP port (0: a free "
+                                                                "one)")
+    grpc_port: int | None = Field(DEFAULT_GRPC_PORT, ge=0, le=65535,
+                                  description="gRPC-JSON port (0: a free one; None: no gRPC)")
+    db: str | None = Field(None, description="tool store: postgres:// DSN or SQLite file "
+                                             "(None: DATA_DIR/prompt-tools.sqlite3)")
+    data_dir: str | None = None
+    secrets_file: str | None = Field(None, description="API-key secrets (None: "
+                                                       "DATA_DIR/secrets.env)")
+
+
+@contextlib.asynccontextmanager
+async def run_sidecar(router: LLMRouter, config: PromptSidecarConfig | Mapping[str, Any],
+                      settings: Settings) -> AsyncIterator[dict[str, str]]:
+    """Serve until the block exits; yields the addresses (``connect`` and maybe ``grpc``).
+    A tool store that cannot be opened is a configuration error."""
+    config = PromptSidecarConfig.model_validate(config)
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            service = await stack.enter_async_context(open_service(
+                db=config.db, data_dir=config.data_dir, secrets_file=config.secrets_file,
+                settings=settings, local=router.providers.get("local")))
+        except PromptError as exc:
+            raise ConfigError(f"prompt tool store: {exc}") from exc
+        sidecar = await stack.enter_async_context(PromptSidecar(
+            service, host=config.host, port=config.port, grpc_port=config.grpc_port))
+        ready = {"connect": f"http://{config.host}:{sidecar.port}"}
+        if sidecar.grpc_port is not None:
+            ready["grpc"] = f"{config.host}:{sidecar.grpc_port}"
+        yield ready

@@ -124,8 +124,6 @@ class _Routes:
             raw = await request.read()  # the application's client_max_size is max_body
         except web.HTTPRequestEntityTooLarge as exc:
             raise bad_request("Request body too large") from exc
-        if len(raw) > self.max_body:
-            raise bad_request("Request body too large")
         try:
             return loads_strict(raw)
         except ValueError as exc:
@@ -152,10 +150,7 @@ class _Routes:
             return _error_response(internal(f"{what} dispatch failed"), trace_id)
         if method == "chatStream":
             return await _stream(request, result, trace_id or _trace())
-        headers = {"x-trace-id": _header_value(result["traceId"])}
-        if result.get("retryAfterMs"):
-            headers["Retry-After"] = retry_after_header(result["retryAfterMs"])
-        return _json_response(result, headers=headers)
+        return _json_response(result, headers={"x-trace-id": _header_value(result["traceId"])})
 
     async def _report(self, request: web.Request, method: str,
                       report: Callable[[], Awaitable[dict[str, Any]]]) -> web.Response:
@@ -247,8 +242,7 @@ def _run_manager(manager: StreamableHTTPSessionManager
     return lifespan
 
 
-def build_app(service: CallerService, mcp_server: Server[Any], *,
-              max_body: int | None = None) -> web.Application:
+def build_app(service: CallerService, mcp_server: Server[Any]) -> web.Application:
     """REST routes, schemas and MCP at ``/mcp``, all behind the loopback guard."""
     manager = StreamableHTTPSessionManager(
         app=mcp_server, stateless=True, json_response=False,
@@ -256,7 +250,7 @@ def build_app(service: CallerService, mcp_server: Server[Any], *,
             enable_dns_rebinding_protection=True,
             allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
             allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]))
-    limit = max_body or service.options.max_body_bytes
+    limit = service.options.max_body_bytes
     routes = _Routes(service, limit, manager)
     app = web.Application(middlewares=[_loopback_only], client_max_size=limit)
     for method in ("chat", "chatStream", "embed"):

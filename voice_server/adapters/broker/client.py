@@ -93,8 +93,6 @@ async def request_completion(address: Address, prompt: Prompt, *, model: str | N
     result = response.results[0]
     if result.error is not None:
         raise BrokerError(result.error)
-    if result.chat_completion is None:
-        raise BrokerError("Invalid broker response: missing chat_completion")
     try:
         return ChatCompletion.from_dict(result.chat_completion)
     except WireValidationError as exc:

@@ -72,15 +72,14 @@ def add_llm_flags(parser: argparse.ArgumentParser) -> None:
 def add_sidecar_command(sidecars: argparse._SubParsersAction, name: str,
                         func: Callable[[argparse.Namespace], int], *, help: str,
                         description: str | None = None, port: int = 0,
-                        port_help: str = "TCP port (0: pick a free one)",
-                        llm_flags: bool = True) -> argparse.ArgumentParser:
-    """``voice-server sidecar NAME`` with the listen flags (``--host``, ``--port``) and, unless
-    the command reads its own config, the LLM flags; the caller adds the sidecar's own flags."""
+                        port_help: str = "TCP port (0: pick a free one)"
+                        ) -> argparse.ArgumentParser:
+    """``voice-server sidecar NAME`` with the listen flags (``--host``, ``--port``) and the LLM
+    flags; the caller adds the sidecar's own flags."""
     parser = sidecars.add_parser(name, help=help, description=description)
     parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=port, help=port_help)
-    if llm_flags:
-        add_llm_flags(parser)
+    add_llm_flags(parser)
     parser.set_defaults(func=func)
     return parser
 

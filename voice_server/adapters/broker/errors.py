@@ -24,8 +24,6 @@ class FrameTooLarge(FrameError):
 
     def __init__(self, length: int, max_bytes: int) -> None:
         super().__init__(f"Frame too large: {length} bytes (max {max_bytes})")
-        self.length = length
-        self.max_bytes = max_bytes
 
 
 class FrameTruncated(BrokerError, ConnectionError):

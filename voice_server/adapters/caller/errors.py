@@ -83,12 +83,10 @@ class CallerError(Exception):
 class ProviderError(CallerError):
     """An upstream failure, classified (``RATE_LIMIT`` ...) and mapped to the spec's status."""
 
-    def __init__(self, classification: str, *, retry_after_ms: float | None = None,
-                 detail: str | None = None) -> None:
+    def __init__(self, classification: str, *, retry_after_ms: float | None = None) -> None:
         status, message = _CLASSES[classification]
         super().__init__(status, classification, message, retry_after_ms=retry_after_ms)
         self.classification = classification
-        self.detail = detail  # for logs only; never sent to clients
 
     @property
     def retryable(self) -> bool:
@@ -100,7 +98,7 @@ def classify(exc: LLMError) -> ProviderError:
     classification = _CLASS_OF_KIND.get(exc.kind) or _class_of_status(exc.status)
     retry_after_s = getattr(exc, "retry_after", None) if classification == "RATE_LIMIT" else None
     hint = retry_after_s * 1000 if retry_after_s is not None else None
-    return ProviderError(classification, retry_after_ms=hint, detail=str(exc))
+    return ProviderError(classification, retry_after_ms=hint)
 
 
 def _class_of_status(status: int | None) -> str:

@@ -115,7 +115,7 @@ class CallerService(AsyncService):
     def _chat_request(self, body: dict[str, Any], selection: Selection) -> ChatRequest:
         rt = self.runtimes[selection.provider]
         if rt.chat is None:
-            raise ProviderError("CONFIG", detail=rt.problem)
+            raise ProviderError("CONFIG")
         model = selection.model or rt.chat.default_model
         return ChatRequest(
             messages=[{"role": m["role"], "content": m["content"]} for m in body["messages"]],
@@ -197,7 +197,7 @@ class CallerService(AsyncService):
         selection = self._select("embed", body, "Embed")
         embedder = self.runtimes[selection.provider].embedder
         if embedder is None:
-            raise ProviderError("PERMANENT", detail=f"{selection.provider} cannot embed")
+            raise ProviderError("PERMANENT")
         inputs: list[str] = body["inputs"]
         try:
             if hasattr(embedder, "embed_with_usage"):

@@ -29,4 +29,3 @@ class LineTooLong(HostError):
     def __init__(self, limit: int) -> None:
         super().__init__(f"Buffer exceeded {limit // 1024} KB without finding newline",
                          code="BAD_MESSAGE")
-        self.limit = limit

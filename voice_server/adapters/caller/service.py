@@ -16,7 +16,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -55,8 +55,7 @@ class CallerService(AsyncService):
     """``async with CallerService(runtimes, registry=..., options=...) as service: ...``"""
 
     def __init__(self, runtimes: dict[str, ProviderRuntime], *, registry: ClientRegistry,
-                 options: CallerOptions | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 options: CallerOptions | None = None) -> None:
         if not runtimes:
             raise ValueError("at least one provider is needed")
         self.runtimes = runtimes
@@ -64,7 +63,6 @@ class CallerService(AsyncService):
         self.registry = registry
         self.options = options or CallerOptions()
         self.schemas = SchemaSet()
-        self._clock = clock
         self._limiter = FixedWindowLimiter(self.options.rate_limit_max,
                                            self.options.rate_limit_interval_ms)
         chat_providers = {key: rt.chat for key, rt in runtimes.items() if rt.chat is not None}
@@ -90,7 +88,7 @@ class CallerService(AsyncService):
         return client
 
     def _admit(self, client: ClientEntry) -> None:
-        wait = self._limiter.hit(client.token_hash, self._clock())
+        wait = self._limiter.hit(client.token_hash, time.monotonic())
         if wait is not None:
             raise CallerError(429, "RATE_LIMIT", "Too many requests; slow down.",
                               retry_after_ms=wait)

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..kit import AsyncService
 from . import messages as m
-from .codec import MAX_LINE_BYTES, LineDecoder, encode
+from .codec import LineDecoder, encode
 from .errors import HostError, LineTooLong
 from .swarm import stop_process
 
@@ -50,12 +50,11 @@ class HostClient(AsyncService):
     """``async with await HostClient.connect(port=P) as client: text = await client.ask("hi")``."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
-                 process: asyncio.subprocess.Process | None = None,
-                 max_line_bytes: int = MAX_LINE_BYTES) -> None:
+                 process: asyncio.subprocess.Process | None = None) -> None:
         self._reader = reader
         self._writer = writer
         self._process = process
-        self._decoder = LineDecoder(max_line_bytes=max_line_bytes)
+        self._decoder = LineDecoder()
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._reading = asyncio.create_task(self._read_loop(), name="host-client-reader")
         self.server_info: dict[str, Any] | None = None

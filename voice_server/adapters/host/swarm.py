@@ -66,12 +66,11 @@ class SwarmAnnouncer(AsyncService):
 
     def __init__(self, key: str, *, tcp: tuple[str, int] | None = None,
                  unix_path: str | None = None, bootstrap: str | None = None,
-                 direct: bool = False, ready_timeout_s: float = 30.0) -> None:
+                 direct: bool = False) -> None:
         if (tcp is None) == (unix_path is None):
             raise ValueError("give exactly one of tcp or unix_path")
         target = ["--unix", unix_path] if unix_path else ["--tcp", f"{tcp[0]}:{tcp[1]}"]
         self._argv = _node("serve", *_swarm_args(key, bootstrap, direct), *target)
-        self._ready_timeout_s = ready_timeout_s
         self._process: asyncio.subprocess.Process | None = None
         self.server_id: str | None = None
 
@@ -80,7 +79,7 @@ class SwarmAnnouncer(AsyncService):
             *self._argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         assert self._process.stdout is not None
         try:
-            async with asyncio.timeout(self._ready_timeout_s):
+            async with asyncio.timeout(30.0):
                 line = await self._process.stdout.readline()
             ready: dict[str, Any] = json.loads(line) if line else {}
         except (TimeoutError, ValueError):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,21 +36,13 @@ DEFAULT_SECRETS_FILE = "secrets.env"
 log = logging.getLogger(__name__)
 
 
-def _new_id() -> str:
-    return str(ULID())
-
-
 class PromptService:
     """Stateless orchestration over a store, a vault and an LLM factory."""
 
-    def __init__(self, store: ToolStore, vault: SecretVault, factory: LLMFactory, *,
-                 clock: Callable[[], float] = time.time,
-                 new_id: Callable[[], str] = _new_id) -> None:
+    def __init__(self, store: ToolStore, vault: SecretVault, factory: LLMFactory) -> None:
         self.store = store
         self.vault = vault
         self.factory = factory
-        self._clock = clock
-        self._new_id = new_id
 
     def chat_request(self, config: ToolConfig, request: RunRequest) -> ChatRequest:
         """Request values win over the tool's defaults (spec "CLI Flow" 6)."""
@@ -89,8 +81,8 @@ class PromptService:
             log.exception("tool %r: provider %s crashed", config.name, config.provider)
             raise PromptError("the model call failed") from exc
         return build_response(
-            id=self._new_id(), model=final_model or provider.default_model,
-            created=int(self._clock()), text=result.text,
+            id=str(ULID()), model=final_model or provider.default_model,
+            created=int(time.time()), text=result.text,
             tool_calls=[(c.name, c.arguments) for c in result.tool_calls],
             input_tokens=result.usage.input_tokens, output_tokens=result.usage.output_tokens)
 

@@ -30,7 +30,6 @@ __all__ = [
     "SQLiteToolStore",
     "ToolConfig",
     "ToolStore",
-    "is_postgres_dsn",
     "open_store",
 ]
 
@@ -93,10 +92,6 @@ class ToolConfig(StrictModel):
     @classmethod
     def _blank_is_none(cls, value: str | None) -> str | None:
         return value.strip() or None if value is not None else None
-
-
-def is_postgres_dsn(db: str) -> bool:
-    return db.startswith(("postgres://", "postgresql://"))
 
 
 def _row_to_config(row: Any) -> ToolConfig:
@@ -288,7 +283,7 @@ class PostgresToolStore(ToolStore):
 def open_store(db: str | None = None, *, data_dir: str | Path | None = None) -> ToolStore:
     """A store for ``db``: a ``postgres://`` DSN, a SQLite path (``sqlite:///`` optional), or
     ``None`` for ``prompt-tools.sqlite3`` under the data directory. Enter it with ``async with``."""
-    if db and is_postgres_dsn(db):
+    if db and db.startswith(("postgres://", "postgresql://")):
         return PostgresToolStore(db)
     if db:
         return SQLiteToolStore(db.removeprefix("sqlite://") if db.startswith("sqlite:///")

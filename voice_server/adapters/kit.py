@@ -1,17 +1,17 @@
 """What the sidecars share: their LLM flags, run loop and shutdown, and their servers.
 
-A sidecar command gets its parser from ``add_sidecar_command`` (listen flags plus the LLM
-flags, ``add_llm_flags``; read back with ``settings_from_args``), runs its coroutine through
-``run_async`` (one stderr line instead of a traceback when the model or the port fails), and
-serves until ``stop_event()`` is set. ``serve_sidecar`` does all of that for a
-sidecar with a ``run_sidecar(router, config, settings)`` context (the unit that
-``adapters.launch`` also starts beside the voice server; ``settings`` give the LLM defaults,
-``with_defaults``, that the sidecar's own options leave unset).
+A sidecar command gets its parser from ``add_sidecar_command`` (listen flags plus the LLM flags
+of ``add_llm_flags``, read back with ``settings_from_args``), runs its coroutine through
+``run_async`` (one stderr line instead of a traceback when the model or the port fails) and
+serves until ``stop_event()`` is set. ``serve_sidecar`` does all of that for a sidecar's
+``run_sidecar(router, config, settings)``, an async context manager yielding its addresses and
+the unit ``adapters.launch`` also starts beside the voice server (``settings`` give the LLM
+defaults the sidecar's own options leave unset: ``with_defaults``).
 
 Servers and clients are ``AsyncService``s (``async with`` over ``start`` / ``aclose``). The
-stream sidecars (broker, host) are ``StreamServer``s: TCP and/or a Unix socket, each peer served
-in a task of ``ConnectionTasks``, streams closed with ``close_stream``. The HTTP ports (the
-broker's proxy, the caller, the prompt service) are ``HTTPPort``s over ``serving.Site``.
+stream sidecars (broker, host) are ``StreamServer``s: TCP and/or a Unix socket, each peer in a
+``ConnectionTasks`` task, streams closed with ``close_stream``. The HTTP ports (the broker's
+proxy, the caller, the prompt service) are ``HTTPPort``s over ``serving.Site``.
 """
 
 from __future__ import annotations

@@ -3,8 +3,7 @@
 ``config`` maps a sidecar name to its options, e.g. ``{"broker": {"port": 8790, "http_port":
 8791}, "host": {"port": 8792}, "caller": {"port": 4037, "token": "..."}, "prompt": {"port":
 53051}}``; every sidecar shares the server's ``LLMRouter`` and settings. Each module in
-``_RUNNERS`` exposes ``run_sidecar(router, config, settings)``, an async context manager
-yielding its addresses (``kit.serve_sidecar`` runs the same unit alone).
+``_RUNNERS`` exposes its sidecar's ``run_sidecar`` (see ``kit``).
 """
 
 from __future__ import annotations

@@ -2,8 +2,7 @@
 
 A sans-I/O codec (``codec``), strict DTOs (``messages``), the routing service (``service``), an
 asyncio TCP server (``server``), the HTTP proxy (``proxy``) and client helpers (``client``).
-Where the spec is silent, the broker behaves as the original service it replaces ("the
-original" in comments), so that its clients work unchanged.
+The original: the broker service it replaces.
 """
 
 from .client import BatchItem, request_completion, request_completions_batched, send_request

@@ -1,8 +1,7 @@
 """LLM caller sidecar: the original's HTTP + SSE interface and real MCP tools on one service.
 
-Spec: specs/sidecar-llm-caller-mcp.md. ``voice-server sidecar caller`` runs it. Where the spec is
-silent, the caller behaves as the original service it replaces ("the original" in comments), so
-that its clients and configuration files work unchanged.
+Spec: specs/sidecar-llm-caller-mcp.md. ``voice-server sidecar caller`` runs it. The original: the
+service it replaces, whose configuration files work unchanged too.
 """
 
 from .config import (

@@ -2,9 +2,8 @@
 
 A sans-I/O NDJSON codec (``codec``), envelope validation and builders (``messages``), the host
 over TCP, Unix sockets or any stream (``server``), and a client (``client``). The Hyperswarm
-bridge (Node) lives in ``hyperswarm/`` and pipes peers to the host. Where the spec is silent, the
-host behaves as the original host it replaces ("the original" in comments), so that its clients
-work unchanged.
+bridge (Node) lives in ``hyperswarm/`` and pipes peers to the host. The original: the host it
+replaces.
 """
 
 from .client import HostClient

@@ -197,11 +197,7 @@ class _Connection:
 
 
 class HostServer(StreamServer):
-    """``async with HostServer(router, options, port=0, unix_path=None) as host: host.port``.
-
-    ``port=None`` disables TCP; ``unix_path`` adds a Unix socket. ``serve_stream`` serves any
-    other byte stream (a bridge, a pipe).
-    """
+    """``async with HostServer(router, options, port=0, unix_path=None) as host: host.port``."""
 
     name = "host"
 

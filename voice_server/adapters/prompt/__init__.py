@@ -1,8 +1,7 @@
 """The prompt service sidecar: ``prompt.v1.PromptService/Run`` over Connect JSON and gRPC-JSON,
 a tool-configuration store (SQLite or PostgreSQL), a secrets vault, and the ``prompt`` CLI.
 
-Spec: specs/sidecar-prompt-service.md. Where the spec is silent, the service behaves as the
-original service it replaces ("the original" in comments), so that its clients work unchanged.
+Spec: specs/sidecar-prompt-service.md. The original: the Go service it replaces.
 """
 
 from .codec import RunRequest, build_response, normalize_input, parse_run_request

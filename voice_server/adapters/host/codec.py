@@ -49,25 +49,17 @@ class LineDecoder:
             self.dropped += 1
 
     def feed(self, data: bytes) -> list[Any]:
+        *lines, rest = data.split(b"\n")
+        if lines:  # the partial line ends here
+            lines[0] = self._partial + lines[0]
+            self._partial = bytearray()
         out: list[Any] = []
-        start = 0
-        while (end := data.find(b"\n", start)) != -1:
-            if self._partial:
-                if len(self._partial) + (end - start) > self.max_line_bytes:
-                    self._partial.clear()
-                    raise LineTooLong(self.max_line_bytes)
-                self._partial += data[start:end]
-                line: bytes | bytearray = bytes(self._partial)
-                self._partial.clear()
-            else:
-                line = data[start:end]
-            self._parse(line, out)
-            start = end + 1
-        rest = len(data) - start
-        if len(self._partial) + rest > self.max_line_bytes:
+        for line in lines:
+            self._parse(line, out)  # a complete line over the limit raises there
+        if len(self._partial) + len(rest) > self.max_line_bytes:
             self._partial.clear()
             raise LineTooLong(self.max_line_bytes)
-        self._partial += data[start:]
+        self._partial += rest
         return out
 
     def flush(self) -> list[Any]:

@@ -14,7 +14,14 @@ from dataclasses import dataclass
 
 from .codec import DEFAULT_MAX_MESSAGE_BYTES, FrameDecoder, decode_payload, encode_frame
 from .errors import BrokerError, FrameError, FrameTruncated, WireValidationError
-from .messages import ChatCompletion, Prompt, WireRequest, WireResponse, safe_error_message
+from .messages import (
+    ChatCompletion,
+    Prompt,
+    WireRequest,
+    WireResponse,
+    WireResult,
+    safe_error_message,
+)
 
 __all__ = [
     "BatchItem",
@@ -37,6 +44,16 @@ class BatchItem:
     def text(self) -> str:
         """The response text, or the legacy ``"Error: <msg>"`` string."""
         return self.completion.response if self.completion else f"Error: {self.error}"
+
+
+def _batch_item(result: WireResult) -> BatchItem:
+    """A result's completion, or its error (an unreadable completion is one too)."""
+    if result.error is not None:
+        return BatchItem(error=result.error)
+    try:
+        return BatchItem(completion=ChatCompletion.from_dict(result.chat_completion))
+    except WireValidationError as exc:
+        return BatchItem(error=f"Invalid broker response: {exc}")
 
 
 async def _exchange(address: Address, frame: bytes, max_bytes: int) -> bytes:
@@ -90,13 +107,10 @@ async def request_completion(address: Address, prompt: Prompt, *, model: str | N
     if response.results is None or len(response.results) != 1:
         got = "none" if response.results is None else len(response.results)
         raise BrokerError(f"Invalid broker response: expected exactly 1 result, got {got}")
-    result = response.results[0]
-    if result.error is not None:
-        raise BrokerError(result.error)
-    try:
-        return ChatCompletion.from_dict(result.chat_completion)
-    except WireValidationError as exc:
-        raise BrokerError(f"Invalid broker response: {exc}") from exc
+    item = _batch_item(response.results[0])
+    if item.completion is None:
+        raise BrokerError(item.error)
+    return item.completion
 
 
 async def request_completions_batched(address: Address, prompts: list[Prompt], *,
@@ -114,13 +128,4 @@ async def request_completions_batched(address: Address, prompts: list[Prompt], *
     if len(response.results) != len(prompts):
         raise BrokerError(f"Invalid broker response: expected {len(prompts)} results, "
                           f"got {len(response.results)}")
-    items = []
-    for result in response.results:
-        if result.error is not None:
-            items.append(BatchItem(error=result.error))
-            continue
-        try:
-            items.append(BatchItem(completion=ChatCompletion.from_dict(result.chat_completion)))
-        except WireValidationError as exc:
-            items.append(BatchItem(error=f"Invalid broker response: {exc}"))
-    return items
+    return [_batch_item(result) for result in response.results]

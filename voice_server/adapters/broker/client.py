@@ -9,9 +9,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from dataclasses import dataclass
 
+from ..kit import close_stream
 from .codec import DEFAULT_MAX_MESSAGE_BYTES, FrameDecoder, decode_payload, encode_frame
 from .errors import BrokerError, FrameError, FrameTruncated, WireValidationError
 from .messages import (
@@ -72,9 +72,7 @@ async def _exchange(address: Address, frame: bytes, max_bytes: int) -> bytes:
             if frames:
                 return frames[0]
     finally:
-        writer.close()
-        with contextlib.suppress(Exception):
-            await writer.wait_closed()
+        await close_stream(writer)
 
 
 async def send_request(address: Address, request: WireRequest, *,

@@ -141,17 +141,15 @@ class BrokerService:
     async def handle(self, request: WireRequest) -> WireResponse:
         """The response for a valid request (spec "Response" invariants hold by construction)."""
         cid = request.correlation_id
-        if not request.is_batched:
-            try:
-                spec = self.route(request.model)
-            except UnknownModel as exc:
-                return WireResponse(correlation_id=cid, results=[WireResult(error=str(exc))])
-            return WireResponse(correlation_id=cid,
-                                results=[await self._item(request.prompt, spec, cid)])
         try:
             spec = self.route(request.model)
-        except UnknownModel as exc:
-            return WireResponse(correlation_id=cid, error=str(exc))
+        except UnknownModel as exc:  # an item error for prompt, a request error for prompts
+            if request.is_batched:
+                return WireResponse(correlation_id=cid, error=str(exc))
+            return WireResponse(correlation_id=cid, results=[WireResult(error=str(exc))])
+        if not request.is_batched:
+            return WireResponse(correlation_id=cid,
+                                results=[await self._item(request.prompt, spec, cid)])
         prompts = request.prompts or []
         try:
             async with asyncio.timeout(self.options.batch_timeout_s):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import grpc
@@ -82,6 +82,16 @@ class PromptSidecar(HTTPPort):
             await server.stop(grace=1.0)
         await super().aclose()
 
+    async def _run(self, body: bytes, timeout_s: Callable[[], float | None]) -> dict[str, Any]:
+        """Parse one request, then run it within ``timeout_s()`` seconds (asked once parsed);
+        a request past it is ``deadline_exceeded``."""
+        run = parse_run_request(body)
+        try:
+            async with asyncio.timeout(timeout_s()):
+                return await self.service.run(run)
+        except TimeoutError:
+            raise PromptError("the deadline expired", code="deadline_exceeded") from None
+
     # HTTP: /health and Connect --------------------------------------------------------------
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_MESSAGE_BYTES)
@@ -110,13 +120,7 @@ class PromptSidecar(HTTPPort):
                 body = await request.read()
             except web.HTTPRequestEntityTooLarge:
                 raise InvalidArgument("request body too large") from None
-            run = parse_run_request(body)
-            try:
-                async with asyncio.timeout(timeout):
-                    response = await self.service.run(run)
-            except TimeoutError:
-                raise PromptError("the deadline expired", code="deadline_exceeded") from None
-            status, headers, payload = connect_success(mode, response)
+            status, headers, payload = connect_success(mode, await self._run(body, lambda: timeout))
         except PromptError as exc:
             status, headers, payload = connect_error(mode, exc)
         except Exception:
@@ -144,13 +148,7 @@ class PromptSidecar(HTTPPort):
         numbers (errors.py)."""
         error: PromptError
         try:
-            run = parse_run_request(request)
-            remaining = context.time_remaining()
-            try:
-                async with asyncio.timeout(remaining):
-                    return encode_json(await self.service.run(run))
-            except TimeoutError:
-                error = PromptError("the deadline expired", code="deadline_exceeded")
+            return encode_json(await self._run(request, context.time_remaining))
         except PromptError as exc:
             error = exc
         except Exception:

@@ -13,6 +13,7 @@ because the spec says the hint is surfaced whenever a provider requests backoff.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -163,23 +164,20 @@ class CallerService(AsyncService):
         assert self.router is not None
         parts: list[str] = []
         usage = _usage(0, 0)
-        stream = self.router.stream(request)
-        try:
-            async for event in stream:
-                if event.text:
-                    parts.append(event.text)
-                    delta = sanitize_event({"type": "delta", "delta": {"content": event.text},
-                                            "traceId": trace_id})
-                    if delta is not None:
-                        yield delta
-                if event.done and event.usage is not None:
-                    usage = _usage(event.usage.input_tokens, event.usage.output_tokens)
-        except LLMError as exc:
-            raise classify(exc) from exc
-        finally:
-            aclose = getattr(stream, "aclose", None)
-            if aclose is not None:
-                await aclose()
+        async with contextlib.aclosing(self.router.stream(request)) as stream:
+            try:
+                async for event in stream:
+                    if event.text:
+                        parts.append(event.text)
+                        delta = sanitize_event({"type": "delta",
+                                                "delta": {"content": event.text},
+                                                "traceId": trace_id})
+                        if delta is not None:
+                            yield delta
+                    if event.done and event.usage is not None:
+                        usage = _usage(event.usage.input_tokens, event.usage.output_tokens)
+            except LLMError as exc:
+                raise classify(exc) from exc
         completion = sanitize_event({
             "type": "completion",
             "payload": {"message": {"role": "assistant", "content": "".join(parts)},

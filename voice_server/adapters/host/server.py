@@ -149,8 +149,7 @@ class _Connection:
         if self.active is None or self.active[0] != message.request_id:
             return  # unknown, finished or another connection's request: no reply
         task = self.active[1]
-        task.cancel()
-        await asyncio.wait([task])
+        await self.cancel_active()
         if task.cancelled():
             await self.send(m.chat_end(message.request_id, "abort"))
 

@@ -8,9 +8,10 @@ original.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
+
+from ..wire_json import compact_json
 
 __all__ = [
     "DONE_FRAME",
@@ -69,8 +70,7 @@ def sanitize_event(event: dict[str, Any]) -> dict[str, Any] | None:
 
 def encode_event(obj: dict[str, Any]) -> bytes:
     """One SSE frame: ``data: <compact JSON>\\n\\n`` (JSON never contains a raw newline)."""
-    return b"data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() \
-        + b"\n\n"
+    return b"data: " + compact_json(obj) + b"\n\n"
 
 
 class SSEDecoder:

@@ -21,7 +21,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..wire_json import loads_strict
+from ..wire_json import compact_json, loads_strict
 from .errors import InvalidArgument, PromptError
 
 __all__ = [
@@ -34,7 +34,6 @@ __all__ = [
     "connect_success",
     "decode_grpc_frame",
     "encode_grpc_frame",
-    "encode_json",
     "normalize_input",
     "normalize_tools",
     "parse_run_request",
@@ -195,10 +194,6 @@ def build_response(*, id: str, model: str, created: int, text: str,
     }
 
 
-def encode_json(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
-
-
 # --- Connect -------------------------------------------------------
 
 ConnectMode = str  # "standard" | "compat" | "unsupported"
@@ -221,9 +216,9 @@ def connect_success(mode: ConnectMode, response: dict[str, Any]
                     ) -> tuple[int, dict[str, str], bytes]:
     """(status, headers, body) of a successful unary call."""
     if mode == "standard":
-        return 200, {"Content-Type": "application/json"}, encode_json(response)
+        return 200, {"Content-Type": "application/json"}, compact_json(response)
     headers = {"Content-Type": "application/connect+json", **_CONNECT_HEADERS}
-    return 200, headers, encode_json(response) + b"\n"
+    return 200, headers, compact_json(response) + b"\n"
 
 
 def connect_error(mode: ConnectMode, error: PromptError) -> tuple[int, dict[str, str], bytes]:
@@ -234,12 +229,12 @@ def connect_error(mode: ConnectMode, error: PromptError) -> tuple[int, dict[str,
         headers = {"Content-Type": "application/connect+json", **_CONNECT_HEADERS,
                    "Connect-Error-Code": error.code}
         body = {"error": {"code": error.code, "message": error.message, "details": []}}
-        return 200, headers, encode_json(body) + b"\n"
+        return 200, headers, compact_json(body) + b"\n"
     if mode == "unsupported":
-        return 415, {"Content-Type": "application/json"}, encode_json(
+        return 415, {"Content-Type": "application/json"}, compact_json(
             {"code": "unimplemented", "message": "unsupported codec: use application/json"})
     body = {"code": error.code, "message": error.message}
-    return error.http_status, {"Content-Type": "application/json"}, encode_json(body)
+    return error.http_status, {"Content-Type": "application/json"}, compact_json(body)
 
 
 # --- gRPC length-prefixed messages (grpc doc/PROTOCOL-HTTP2.md) ------------------------------

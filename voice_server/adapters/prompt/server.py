@@ -25,12 +25,12 @@ from pydantic import Field
 from ...config import ConfigError, Settings
 from ...llm import LLMRouter
 from ..kit import HTTPPort, StrictModel
+from ..wire_json import compact_json
 from .codec import (
     MAX_MESSAGE_BYTES,
     connect_error,
     connect_mode,
     connect_success,
-    encode_json,
     parse_run_request,
 )
 from .errors import InvalidArgument, PromptError
@@ -148,7 +148,7 @@ class PromptSidecar(HTTPPort):
         numbers (errors.py)."""
         error: PromptError
         try:
-            return encode_json(await self._run(request, context.time_remaining))
+            return compact_json(await self._run(request, context.time_remaining))
         except PromptError as exc:
             error = exc
         except Exception:

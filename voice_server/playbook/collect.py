@@ -17,7 +17,7 @@ model, runs the conversation of such a stage. On each user turn:
    worked out here from today's date, when the playbook gives it (``globals.today``): a small
    model writes a wrong date for "Monday" even with the week's dates in front of it. A
    caller who agrees ("Yes, that works.", "Sure.") takes the values a tool's spoken answer
-   offered (``offer_from``: "Sorry, 8 pm is fully booked. I can offer 9 pm. Would that
+   offered (``offer_from``: "Sorry, we're fully booked at 8 pm. I can offer 9 pm. Would that
    work?" with ``{time: "21:00"}``) for the details the caller's own words do not give; one
    who does not ("No, that's too late.") is asked for those details again. Never from the
    model's words: it offers times it has not checked. A value that fails is dropped, not

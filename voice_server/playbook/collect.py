@@ -23,7 +23,8 @@ model, runs the conversation of such a stage. On each user turn:
    model's words: it offers times it has not checked. A value that fails is dropped, not
    stored: a model that fills a blank with a guess changes nothing;
 3. **act**: when every required argument is known, the engine calls the tool itself (once per set
-   of values: a call that failed is not repeated until the caller changes something); otherwise
+   of values: a call that failed is not repeated until the caller changes something, or says
+   the same again to a tool that answers itself); otherwise
    the question of the first missing argument (``ask``) is spoken, when the turn gave new facts
    or the stage just began; otherwise the model answers, told what is known and what is missing.
 

@@ -268,11 +268,10 @@ class PlaybookResponder:
         says: list[str] = []
         for decision in decisions:
             says.extend(await self._announce(ctx, st, decision))
-        tools = [self.playbook.tools.get(o.name) for o in outcomes]
-        answers = [a for o, t in zip(outcomes, tools, strict=True) if (a := answer_of(o, t))]
+        pairs = [(o, self.playbook.tools.get(o.name)) for o in outcomes]
+        answers = [a for o, t in pairs if (a := answer_of(o, t))]
         answered = bool(outcomes) and len(answers) == len(outcomes)
-        st.offer = {k: v for o, t in zip(outcomes, tools, strict=True)
-                    for k, v in offer_of(o, t).items()} if answered else {}
+        st.offer = {k: v for o, t in pairs for k, v in offer_of(o, t).items()} if answered else {}
         st.offer_said = " ".join(answers) if st.offer else ""
         self._save(ctx, st)
         return ([*says, *answers], True) if answered else (says, False)
@@ -308,8 +307,9 @@ class PlaybookResponder:
         if not sheet.missing(st.facts):
             args = json.dumps({k: st.facts[k] for k in sheet.properties if k in st.facts},
                               sort_keys=True)
-            if args == st.called:  # made with these values already: the model talks it over
-                return [], False
+            if args == st.called and not (noted and sheet.tool.answer_from):
+                return [], False  # done with these values: the model talks it over (a tool
+                # that answers itself answers again when they are said again: "Have passed 10")
             st.called = args
             call = ToolCall(id="", name=sheet.tool_name, arguments=args)
             return await self._tool_round(ctx, st, (call,), "", turn_msgs)

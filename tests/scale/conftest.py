@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -14,14 +13,9 @@ import pytest_asyncio
 
 from tests.conftest import scaled
 from tests.support.fake_openai import FakeOpenAI
+from tests.support.netns import free_port
 from voice_server.config import load_settings
 from voice_server.server.app import VoiceServer
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class RedisProcess:

@@ -12,12 +12,13 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from tests.support.netns import free_port
 
 __all__ = ["PostgresUnavailable", "find_bindir", "postgres_cluster"]
 
@@ -47,12 +48,6 @@ def _real_root() -> bool:
     return first[:3] == ["0", "0", "4294967295"]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextmanager
 def postgres_cluster(*, timeout_s: float = 60.0) -> Iterator[str]:
     """Yield a DSN ``postgresql://postgres@127.0.0.1:PORT/postgres`` (trust auth)."""
@@ -71,7 +66,7 @@ def postgres_cluster(*, timeout_s: float = 60.0) -> Iterator[str]:
         os.chown(root, user.pw_uid, user.pw_gid)
         prefix = ["runuser", "-u", "postgres", "--"]
     data, log = root / "data", root / "server.log"
-    port = _free_port()
+    port = free_port()
 
     def run(*cmd: str) -> None:
         try:

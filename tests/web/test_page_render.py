@@ -12,7 +12,6 @@ import base64
 import json
 import math
 import os
-import socket
 import struct
 import wave
 from collections.abc import AsyncIterator
@@ -23,6 +22,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import WSMsgType, web
 
+from tests.support.netns import free_port
 from tests.web.conftest import (
     ARTIFACTS,
     CHROMIUM,
@@ -170,11 +170,6 @@ def shot_path(name: str) -> str:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     return str(ARTIFACTS / name)
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def wait_state(page, state: str) -> None:

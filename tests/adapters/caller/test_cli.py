@@ -7,13 +7,13 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import sys
 from pathlib import Path
 
 import aiohttp
 import pytest
 
+from tests.support.netns import free_port
 from voice_server.cli import main
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -37,16 +37,11 @@ def test_bad_registry_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "client registry" in err and "Traceback" not in err
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 @pytest.mark.slow
 async def test_cli_serves_local_chat_and_stops_on_sigterm() -> None:
     """The sidecar process answers chat with the embedded model, then exits 0 on SIGTERM."""
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLM_CALLER_")}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "voice_server.cli", "sidecar", "caller", "--port", str(port),

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.fake_openai import FakeOpenAI
+from tests.support.fake_openai import FakeOpenAI, Reply
 
 from .conftest import PLAYBOOKS, scaled
 
@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 async def test_chat_over_a_scripted_endpoint(fake: FakeOpenAI) -> None:
     """Typed lines become turns; tool and stage events and the agent's words are printed."""
-    fake.add("Welcome to Luigi's!",
+    fake.add(Reply(tool_calls=[{"name": "classify_intent", "arguments": {"intent": "none"}}]),
+             "Welcome to Luigi's!",
              '{"time": "19:00", "party_size": 2, "name": null}',
              '{"time": null, "party_size": null, "name": "Ada Lovelace"}')
     env = {k: v for k, v in os.environ.items() if not k.startswith("VOICE_SERVER_")}
@@ -48,7 +49,7 @@ async def test_chat_over_a_scripted_endpoint(fake: FakeOpenAI) -> None:
     ]
     assert lines[7].startswith("[tool-call-end] ")
     assert '"booked": true' in lines[7] and '"time": "19:00"' in lines[7]
-    assert len(fake.requests) == 3  # the confirmation is the tool's (answer_from)
+    assert len(fake.requests) == 4  # the intent of "hello"; the confirmation is the tool's
 
 
 async def test_chat_refuses_an_invalid_file(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from .support import Conversation
 
 async def test_a_remote_endpoint_is_not_called_ahead(fake, router) -> None:
     async with PlaybookResponder(load_playbook(PLAYBOOKS / "restaurant.yaml"), router) as pb:
-        assert [await router.warm(r) for r in pb.warm_requests()] == [False] * 4
+        assert [await router.warm(r) for r in pb.warm_requests()] == [False] * 5
         assert fake.requests == []
 
 
@@ -28,14 +28,15 @@ async def test_the_warm_prompts_start_as_a_turn_s_do(fake, router) -> None:
     has the instructions and tools of the request a turn in that stage makes."""
     async with PlaybookResponder(load_playbook(PLAYBOOKS / "restaurant.yaml"), router) as pb:
         ahead = pb.warm_requests()
-        assert len(ahead) == 4  # greeting; booking's note and answer; confirmation
+        assert len(ahead) == 5  # greeting's intent and answer; booking's note and answer;
+        # confirmation
         await Conversation(pb).turn("Hello, are you open tonight?")  # the greeting stage
-        turn = fake.requests[-1]
-        assert turn["messages"][0] == ahead[0].messages[0]
-        assert turn["tools"] == ahead[0].tools
-        assert ahead[0].messages[-1] == {"role": "user", "content": "Hello."}
-        assert ahead[1].response_format is not None  # booking: the note of the caller's facts
-        assert [t["function"]["name"] for t in ahead[2].tools or []][-1] == "playbook_transition"
+        for sent, early in zip(fake.requests, ahead, strict=False):  # intent, then answer
+            assert sent["messages"][0] == early.messages[0]
+            assert sent.get("tools") == early.tools
+        assert ahead[1].messages[-1] == {"role": "user", "content": "Hello."}
+        assert ahead[2].response_format is not None  # booking: the note of the caller's facts
+        assert [t["function"]["name"] for t in ahead[3].tools or []][-1] == "playbook_transition"
     fake.requests.clear()
     async with PlaybookResponder(load_playbook(PLAYBOOKS / "support.yaml"), router) as pb:
         ahead = pb.warm_requests()

@@ -132,6 +132,21 @@ def test_a_caller_who_says_yes_takes_what_a_tool_offered(engine: Engine, noted, 
     assert sheet.accept("{}", said, bad) == {}
 
 
+@pytest.mark.parametrize(("note", "said", "kept"), [
+    ("by the window", "A table by the window, please.", True),
+    ("window seat", "Could we sit at the window?", True),
+    ("haircut", "I need my hair cut.", True),  # the same letters, said apart
+    # a text the caller's words do not back is a guess: an example's value, or the model's
+    ("by the window", "Yes, that works.", False),
+    ("birthday", "It's for the two of us.", False),
+])
+def test_a_noted_text_must_share_a_word_with_the_caller(engine: Engine, note, said,
+                                                        kept) -> None:
+    """A newcomer's playbook: the note wrote an example's "haircut" for "Yes, that works."
+    over the caller's "beard trim"; a text with no word of the caller's is not kept."""
+    assert ("note" in engine.sheets["booking"].accept(json.dumps({"note": note}), said)) == kept
+
+
 def test_a_declined_offer_reopens_the_details_it_offered_another_value_for() -> None:
     facts = {"day": "2029-12-31", "time": "10:00", "name": "Ada"}
     offer = {"day": "2029-12-31", "time": "10:30"}

@@ -11,8 +11,9 @@ model, runs the conversation of such a stage. On each user turn:
    says, ``null`` for the rest. No tool listing: the prompt stays short and cached;
 2. **check**: each value must validate against its own JSON Schema; an ``x-from-caller`` one must
    be made of the caller's words; a whole number must be in the caller's message itself (its
-   digits or its English words: "Then half past eight" gives no party size of 4), and a text
-   with digits (a time, a date) needs a number there (digits or an English number word). A
+   digits or its English words: "Then half past eight" gives no party size of 4), a text
+   with digits (a time, a date) needs a number there (digits or an English number word), and
+   another text a word of the message ("beard trim", not an example's "haircut"). A
    date the caller names by its day ("tomorrow", "on Monday", "the day after tomorrow") is
    worked out here from today's date, when the playbook gives it (``globals.today``): a small
    model writes a wrong date for "Monday" even with the week's dates in front of it. A
@@ -56,6 +57,8 @@ _NAMED = {2: "couple", 12: "dozen"}
 _NUMBER_WORDS = frozenset([*_ONES, *_TENS, *_NAMED.values(),
                            *"hundred thousand half quarter noon midnight".split()])
 _WEEKDAYS = "monday tuesday wednesday thursday friday saturday sunday".split()
+_FILLER = frozenset("the and for with you your our that this are was were has have had not "
+                    "but".split())  # words a noted text shares with any message
 _AGREE = frozenset("yes yeah yep yup sure ok okay fine great perfect good works alright "
                    "lovely deal".split())
 _REFUSE = frozenset("no nope not don't doesn't won't can't cannot isn't rather instead "
@@ -201,10 +204,19 @@ def _numeric(value: Any) -> bool:
 
 def _backed(value: Any, said: str, heard: set[str]) -> bool:
     """The caller's words back a noted value: a whole number is said, a text with digits
-    comes with a number."""
+    comes with a number, another text shares a word with them ("a beard trim" for "beard
+    trim"; "my hair cut" for "haircut"): a note that copies an example's "haircut" for "Yes,
+    that works." changes nothing."""
     if isinstance(value, int) and not isinstance(value, bool):
         return _says_integer(value, said, heard)
-    return not _numeric(value) or _says_a_number(said, heard)
+    if _numeric(value):
+        return _says_a_number(said, heard)
+    if not isinstance(value, str):
+        return True
+    words = _WORDS.findall(value.lower())
+    squashed = "".join(words)
+    return bool({w for w in words if len(w) > 2} & heard - _FILLER) or (
+        len(squashed) > 2 and squashed in "".join(_WORDS.findall(said.lower())))
 
 
 def spoken_day(said: str, today: Date) -> Date | None:

@@ -227,7 +227,8 @@ class PlaybookResponder:
                     *([{"role": "system", "content": context}] if context else []), *turn]
         model, temperature, max_tokens = self._defaults
         return ChatRequest(messages=messages, model=plan.model or model,
-                           temperature=_first(plan.temperature, temperature),
+                           temperature=temperature if plan.temperature is None
+                           else plan.temperature,
                            max_tokens=plan.max_tokens or max_tokens, tools=specs or None,
                            tool_choice=plan.tool_choice if specs else None,
                            timeout_s=self._timeout_s)
@@ -262,12 +263,12 @@ class PlaybookResponder:
             outcomes = await batch
             self._record(ctx, outcomes, turn_msgs)
             for decision in decisions:  # the stage did change: tell the client, say nothing
-                await self._announce(ctx, st, decision)
+                await self._announce(ctx, st, decision, mid_turn=True)
             raise
         self._record(ctx, outcomes, turn_msgs)
         says: list[str] = []
         for decision in decisions:
-            says.extend(await self._announce(ctx, st, decision))
+            says.extend(await self._announce(ctx, st, decision, mid_turn=True))
         pairs = [(o, self.playbook.tools.get(o.name)) for o in outcomes]
         answers = [a for o, t in pairs if (a := answer_of(o, t))]
         answered = bool(outcomes) and len(answers) == len(outcomes)
@@ -374,11 +375,13 @@ class PlaybookResponder:
             ctx.pending.append(message)
             turn_msgs.append(message)
 
-    async def _announce(self, ctx: TurnContext, st: PlaybookState,
-                        decision: Decision) -> list[str]:
-        """Emit ``stage-change`` for a fired transition; return its texts to speak."""
+    async def _announce(self, ctx: TurnContext, st: PlaybookState, decision: Decision,
+                        mid_turn: bool = False) -> list[str]:
+        """Emit ``stage-change`` for a fired transition; return its texts to speak. Cleared
+        history keeps the user's message, or after a tool (``mid_turn``) starts at the answer
+        (with the tool's result JSON in view, the 1.5B read it out on the next turn)."""
         if decision.clear_history:
-            st.history_from = len(ctx.history)
+            st.history_from = len(ctx.history) + mid_turn * (len(ctx.pending) + 1)
         self._save(ctx, st)
         if decision.changed:
             await ctx.emit(StageChange(from_=decision.from_stage, to=decision.to_stage,
@@ -455,10 +458,6 @@ class PlaybookResponder:
 
     def _save(self, ctx: TurnContext, st: PlaybookState) -> None:
         ctx.state.update(st.to_dict())
-
-
-def _first(*values: float | None) -> float | None:
-    return next((v for v in values if v is not None), None)
 
 
 def _today(now: float) -> str:

@@ -192,6 +192,13 @@ def test_cli_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert "support.yaml: ok" in captured.out
     assert captured.err == (f"{bad}: invalid (1 problem)\n  {bad}:7:23: transitions[0].to: "
                             f"unknown stage 'ending' (expected one of: end, start)\n")
+    # a folder is its *.yaml, as the server reads it (a newcomer tried the folder first)
+    assert main(["playbook", "validate", str(PLAYBOOKS)]) == 0
+    assert [line.split(": ")[0] for line in capsys.readouterr().out.splitlines()] == [
+        str(PLAYBOOKS / f"{name}.yaml") for name in ("appointments", "restaurant", "support")]
+    (tmp_path / "bad.yaml").unlink()
+    assert main(["playbook", "validate", str(tmp_path)]) == 1
+    assert capsys.readouterr().err == f"no playbook files (*.yaml) in {tmp_path}\n"
 
 
 def test_cli_schema(capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,7 +12,7 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sized
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -34,7 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     group = subparsers.add_parser("playbook", help="check, try out and describe playbooks")
     sub = group.add_subparsers(dest="playbook_command", required=True)
     validate = sub.add_parser("validate", help="check playbook files (exit 1 on any error)")
-    validate.add_argument("files", nargs="+", metavar="FILE")
+    validate.add_argument("files", nargs="+", metavar="FILE",
+                          help="a playbook file, or a folder of them (its *.yaml, as served)")
     validate.add_argument("--no-import", action="store_true",
                           help="do not import the Python tool handlers")
     validate.add_argument("--strict", action="store_true",
@@ -51,7 +52,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _validate(args: argparse.Namespace) -> int:
     failed = 0
     owners: dict[tuple[Path, str], str] = {}  # (folder, id) -> file: ids are unique in a folder
-    for file in args.files:
+    files = [str(f) for given in args.files for f in (
+        sorted(Path(given).glob("*.yaml")) if Path(given).is_dir() else [given])]
+    if not files:
+        print(f"no playbook files (*.yaml) in {', '.join(args.files)}", file=sys.stderr)
+        return 1
+    for file in files:
         try:
             pb = load_playbook(file, check_handlers=not args.no_import)
             owner = owners.setdefault((Path(file).resolve().parent, pb.id), file)
@@ -67,13 +73,17 @@ def _validate(args: argparse.Namespace) -> int:
             continue
         warnings = lint(pb)
         verdict = "fails --strict" if warnings and args.strict else "ok"
-        print(f"{file}: {verdict} (id {pb.id}; {len(pb.stages)} stages, {len(pb.transitions)} "
-              f"transitions, {len(pb.tools)} tools)")
+        print(f"{file}: {verdict} (id {pb.id}; {_count(pb.stages, 'stage')}, "
+              f"{_count(pb.transitions, 'transition')}, {_count(pb.tools, 'tool')})")
         for warning in warnings:
             print(f"  warning: {warning}")
         if warnings and args.strict:
             failed += 1
     return 1 if failed else 0
+
+
+def _count(items: Sized, what: str) -> str:
+    return f"{len(items)} {what}{'' if len(items) == 1 else 's'}"
 
 
 def _schema(args: argparse.Namespace) -> int:

@@ -464,4 +464,6 @@ async def run_forever(settings: Settings) -> None:
               f"(page: http://{settings.host}:{server.port}/)", flush=True)
         await stop.wait()
         log.info("stopping: graceful shutdown (up to %.1f s)", settings.shutdown_grace_s)
+        started = time.monotonic()
         await server.drain(settings.shutdown_grace_s)
+    log.info("stopped in %.1f s", time.monotonic() - started)

@@ -496,4 +496,3 @@ def _said(ctx: TurnContext) -> str:
     """Everything the caller said in this conversation (for ``x-from-caller`` arguments)."""
     return " ".join(str(m.get("content") or "") for m in [*ctx.history, ctx.user_message]
                     if m.get("role") == "user")
-

@@ -242,3 +242,28 @@ def test_cli_validate_ids_unique_in_a_folder(tmp_path: Path,
     assert captured.out.startswith(f"{first}: ok (id demo; ")
     assert captured.err == (f"{second}: invalid (1 problem)\n  {second}:1:1: id: playbook id "
                             "'demo' is already used by a.yaml\n")
+
+
+def test_lint_warns_of_a_collected_argument_nobody_asks_for() -> None:
+    """A required argument of a `collect` tool with no `ask` question, which no `set` gives,
+    is left to the model to ask for (a newcomer's salon playbook did this without a word)."""
+    from voice_server.playbook import lint
+
+    text = textwrap.dedent("""\
+        id: salon
+        initial_stage: booking
+        stages:
+          booking:
+            collect: {tool: book, ask: {time: "What time?"}}
+        transitions:
+          - {from: booking, to: booking, when: {keyword: [vip]}, set: {tier: gold}}
+        tools:
+          book:
+            parameters:
+              type: object
+              properties: {time: {type: string}, service: {type: string}, tier: {type: string}}
+              required: [time, service, tier]
+            handler: {python: "json:dumps"}
+        """)
+    assert lint(load_playbook_text(text)) == [
+        "stage 'booking' collects 'service' without an `ask` question (the model words it)"]

@@ -2,7 +2,8 @@
 
 Warnings, not errors (``playbook validate --strict`` turns them into a failure): stages that no
 transition can reach from the initial stage, tools that no stage offers, intents that no
-transition uses.
+transition uses, and a ``collect`` argument that is required but has no ``ask`` question and is
+never ``set`` by a transition or a stage's ``on_enter`` (the model then words the question).
 """
 
 from __future__ import annotations
@@ -33,6 +34,16 @@ def lint(pb: Playbook) -> list[str]:
         if tool not in offered:
             warnings.append(f"tool {tool!r} is not offered in any stage (add it to a stage's or "
                             f"the globals' tools)")
+    given = {k for tr in pb.transitions for k in tr.set} | {
+        k for s in pb.stages.values() if s.on_enter is not None for k in s.on_enter.set}
+    for name, stage in pb.stages.items():
+        if stage.collect is None or stage.collect.tool not in pb.tools:
+            continue
+        needed = pb.tools[stage.collect.tool].parameters.get("required") or []
+        for arg in needed:
+            if arg not in stage.collect.ask and arg not in given:
+                warnings.append(f"stage {name!r} collects {arg!r} without an `ask` question "
+                                f"(the model words it)")
     used = {tr.when.intent for tr in pb.transitions if tr.when.intent}
     for intent in pb.intents:
         if intent not in used:

@@ -8,6 +8,7 @@ never ``set`` by a transition or a stage's ``on_enter`` (the model then words th
 
 from __future__ import annotations
 
+from .collect import sheets
 from .schema import Playbook
 
 __all__ = ["lint"]
@@ -36,12 +37,9 @@ def lint(pb: Playbook) -> list[str]:
                             f"the globals' tools)")
     given = {k for tr in pb.transitions for k in tr.set} | {
         k for s in pb.stages.values() if s.on_enter is not None for k in s.on_enter.set}
-    for name, stage in pb.stages.items():
-        if stage.collect is None or stage.collect.tool not in pb.tools:
-            continue
-        needed = pb.tools[stage.collect.tool].parameters.get("required") or []
-        for arg in needed:
-            if arg not in stage.collect.ask and arg not in given:
+    for name, sheet in sheets(pb.stages, pb.tools).items():
+        for arg in sheet.required:
+            if arg not in sheet.collect.ask and arg not in given:
                 warnings.append(f"stage {name!r} collects {arg!r} without an `ask` question "
                                 f"(the model words it)")
     used = {tr.when.intent for tr in pb.transitions if tr.when.intent}

@@ -154,6 +154,9 @@ def test_a_declined_offer_reopens_the_details_it_offered_another_value_for() -> 
     assert declined(offer, facts, "Do you have anything later?") == ["time"]
     assert declined(offer, facts, "Yes, that's fine.") == []
     assert declined(None, facts, "No.") == []
+    # the session's data is fixed: an offer neither changes it nor reopens it
+    assert declined({"day": "2030-01-02", "time": "10:30"}, facts, "No.", fixed={"day"}) == [
+        "time"]
 
 
 def test_an_offer_stands_while_its_answer_is_the_last_thing_heard() -> None:

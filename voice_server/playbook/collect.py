@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import date as Date
 from datetime import timedelta
@@ -276,12 +277,15 @@ def standing_offer(offer: dict[str, Any], offer_said: str, asked: str | None
     return offer if " ".join(offer_said.split()) in " ".join(asked.split()) else None
 
 
-def declined(offer: dict[str, Any] | None, facts: dict[str, Any], said: str) -> list[str]:
+def declined(offer: dict[str, Any] | None, facts: dict[str, Any], said: str,
+             fixed: Collection[str] = ()) -> list[str]:
     """The details a caller who does not take a standing ``offer`` ("No, that's too late.")
-    leaves open: those it offered another value for than the one that failed (asked again)."""
+    leaves open: those it offered another value for than the one that failed (asked again);
+    never a ``fixed`` one (the session's data, which no offer changes either)."""
     if not offer or _agrees(said):
         return []
-    return [name for name, value in offer.items() if name in facts and facts[name] != value]
+    return [name for name, value in offer.items()
+            if name in facts and facts[name] != value and name not in fixed]
 
 
 def _takes_a_date(schema: dict[str, Any]) -> bool:

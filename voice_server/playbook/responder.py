@@ -300,7 +300,7 @@ class PlaybookResponder:
                 if self.playbook.globals.today else None
             offer = standing_offer(st.offer, st.offer_said, asked)
             noted = sheet.accept(result.text, text, offer, today)
-        reopened = [k for k in declined(offer, st.facts, text) if k not in noted]
+        reopened = [k for k in declined(offer, st.facts, text, st.data) if k not in noted]
         for name in reopened:  # asked for again: the value that failed is not wanted
             st.facts.pop(name, None)
         st.facts.update({k: v for k, v in noted.items() if k not in st.data})  # data is fixed

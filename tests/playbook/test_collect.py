@@ -297,3 +297,31 @@ def test_a_named_day_replaces_the_model_s_date_only_where_a_date_is_taken() -> N
                  "Dec 28, 10:30."):
         assert sheet.accept(today_noted, said, today=date(2029, 12, 28)) == {
             "day": "2029-12-28", "time": "10:30"}, said
+
+
+def test_a_lookup_the_model_makes_gets_the_details_the_caller_gave(engine: Engine) -> None:
+    """`ground`: a detail the sheet collects too (same name, same type) is the caller's: what
+    this message backs, else the noted fact; the model's value stays where neither holds one."""
+    from datetime import date
+
+    sheet = engine.sheets["booking"]
+    lookup = load_playbook_text(PLAYBOOK.replace(
+        "hours: {handler", "hours: {parameters: {type: object, properties: {time: {type: string},"
+        " party_size: {type: string}, day: {type: string}}}, handler")).tools["hours"]
+    facts = {"time": "21:00", "party_size": 4}
+
+    def ground(args: dict, said: str) -> dict:
+        return json.loads(sheet.ground(lookup, json.dumps(args), facts, said,
+                                       date(2029, 12, 28)))
+
+    # "Have passed in, please": no number said, so the noted time, not the model's guess
+    assert ground({"time": "10:00", "day": "friday"}, "Have passed in, please.") == {
+        "time": "21:00", "day": "friday"}
+    assert ground({"time": "19:30"}, "Is half past seven free?") == {"time": "19:30"}
+    # a detail of another type is not the sheet's; nothing noted: the model's value stays
+    assert ground({"party_size": "two"}, "Hm.") == {"party_size": "two"}
+    assert ground({"time": "19:30"}, "Hm.") == {"time": "21:00"}
+    assert sheet.ground(lookup, "not json", facts, "Hi") == "not json"
+    raw = '{"day": "sunday"}'
+    assert sheet.ground(lookup, raw, facts, "Hi") is raw  # nothing shared: as the model wrote
+    assert json.loads(sheet.ground(lookup, '{"time": "19:30"}', {}, "Hi")) == {"time": "19:30"}

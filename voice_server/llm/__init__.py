@@ -20,6 +20,7 @@ from .types import (
     StreamEvent,
     ToolCall,
     Usage,
+    message_text,
     tool_arguments,
 )
 
@@ -38,6 +39,7 @@ __all__ = [
     "StreamEvent",
     "ToolCall",
     "Usage",
+    "message_text",
     "stream_text",
     "stream_within",
     "tool_arguments",

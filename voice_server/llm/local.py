@@ -32,7 +32,7 @@ from .local_decoding import (
 )
 from .local_engine import OtherWork, SamplingParams
 from .profiles import profile_model_path
-from .types import ChatRequest, ChatResult, StreamEvent, Usage
+from .types import ChatRequest, ChatResult, StreamEvent, Usage, message_text
 
 __all__ = ["LocalLlamaProvider", "tiny_gguf_path"]
 
@@ -230,9 +230,7 @@ def _text_only(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The embedded model reads text only: flatten multi-part contents, dropping images."""
     out = []
     for message in messages:
-        content = message.get("content")
-        if isinstance(content, list):
-            text = " ".join(p.get("text", "") for p in content if p.get("type") == "text")
-            message = {**message, "content": text}
+        if isinstance(message.get("content"), list):
+            message = {**message, "content": message_text(message)}
         out.append(message)
     return out

@@ -21,6 +21,7 @@ __all__ = [
     "ToolCall",
     "Usage",
     "WarmsPrompts",
+    "message_text",
     "tool_arguments",
 ]
 
@@ -129,3 +130,12 @@ def tool_arguments(call: ToolCall) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError(f"tool {call.name!r} arguments must be a JSON object")
     return value
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """A chat message's text; of a multi-part content, its text parts (images dropped)."""
+    content = message.get("content")
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) for p in content
+                        if isinstance(p, dict) and p.get("type") == "text")
+    return str(content or "")

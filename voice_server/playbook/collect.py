@@ -28,6 +28,8 @@ model, runs the conversation of such a stage. On each user turn:
    the same again to a tool that answers itself); otherwise
    the question of the first missing argument (``ask``) is spoken, when the turn gave new facts
    or the stage just began; otherwise the model answers, told what is known and what is missing.
+   A tool the model calls then (a lookup) gets the details the caller gave, not the model's
+   (``FactSheet.ground``).
 
 This module builds the request and judges its answer; ``responder`` does the I/O.
 """
@@ -185,6 +187,26 @@ class FactSheet:
             out[name] = value
         return out
 
+    def ground(self, tool: Tool, arguments: str, facts: dict[str, Any], said: str,
+               today: Date | None = None) -> str:
+        """The model's ``arguments`` for a call of ``tool`` in this stage, with each detail
+        this sheet collects too (same name, same type) taken from the caller: the value the
+        caller's message backs (step 2; a day named is worked out), else the noted fact, else
+        the model's. The 1.5B, told "Have passed in, please." after a taken slot on Monday,
+        looked up today's free slots instead."""
+        try:
+            args = json.loads(arguments or "{}")
+        except json.JSONDecodeError:
+            return arguments
+        theirs = tool.parameters.get("properties") or {}
+        if not isinstance(args, dict):
+            return arguments
+        shared = {k: v for k, v in args.items() if k in self.properties and
+                  _same_type(theirs.get(k), self.properties[k])}
+        backed = self.accept(shared, said, None, today)
+        grounded = {k: backed.get(k, facts.get(k, v)) for k, v in shared.items()}
+        return json.dumps({**args, **grounded}) if grounded != shared else arguments
+
     def prompt_lines(self, facts: dict[str, Any]) -> str:
         """What the answering model is told in such a stage when the engine does not act."""
         missing = self.missing(facts)
@@ -193,6 +215,11 @@ class FactSheet:
             text += (". Still needed: " + ", ".join(missing) + ". Answer the caller, then ask "
                      "for " + missing[0].replace("_", " ") + "; never make up a detail.")
         return text
+
+
+def _same_type(schema: Any, ours: Any) -> bool:
+    return isinstance(schema, dict) and isinstance(ours, dict) and \
+        schema.get("type") == ours.get("type")
 
 
 def _numeric(value: Any) -> bool:

@@ -39,7 +39,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from ..llm import (
@@ -49,6 +49,7 @@ from ..llm import (
     StreamEvent,
     ToolCall,
     Usage,
+    message_text,
     stream_text,
 )
 from ..pipeline.turn import DEFAULT_WINDOW, HistoryWindow, TurnContext, llm_messages
@@ -161,7 +162,7 @@ class PlaybookResponder:
         st = self.engine.restore(ctx.state, now)
         ctx.state[UNINTERRUPTIBLE_KEY] = False
         self._save(ctx, st)
-        text = _text_of(ctx.user_message)
+        text = message_text(ctx.user_message)
         intent = None
         if intents := self.engine.needs_intent(st, text, now):
             intent = await self._classify(st, ctx, text, intents)
@@ -204,6 +205,10 @@ class PlaybookResponder:
             calls = tuple(last[0].tool_calls) if last else ()
             if not calls or final:
                 return
+            if (sheet := self.engine.sheets.get(st.stage)) is not None:  # the caller's details
+                calls = tuple(dataclasses.replace(c, arguments=sheet.ground(
+                    self.playbook.tools[c.name], c.arguments, st.facts, text, self._date()))
+                    if c.name in self.playbook.tools else c for c in calls)
             says, answered = await self._tool_round(ctx, st, calls, "".join(spoken),
                                                     turn_msgs)
             for say in says:
@@ -296,10 +301,8 @@ class PlaybookResponder:
             return [], None
         else:
             _add_usage(ctx, result.usage)
-            today = datetime.fromtimestamp(self._clock()).astimezone().date() \
-                if self.playbook.globals.today else None
             offer = standing_offer(st.offer, st.offer_said, asked)
-            noted = sheet.accept(result.text, text, offer, today)
+            noted = sheet.accept(result.text, text, offer, self._date())
         reopened = [k for k in declined(offer, st.facts, text, st.data) if k not in noted]
         for name in reopened:  # asked for again: the value that failed is not wanted
             st.facts.pop(name, None)
@@ -459,6 +462,11 @@ class PlaybookResponder:
     def _save(self, ctx: TurnContext, st: PlaybookState) -> None:
         ctx.state.update(st.to_dict())
 
+    def _date(self) -> date | None:
+        """Today, for the days a caller names, when the playbook gives it (``globals.today``)."""
+        return datetime.fromtimestamp(self._clock()).astimezone().date() \
+            if self.playbook.globals.today else None
+
 
 def _today(now: float) -> str:
     """The date line of ``globals.today``, after the history and the stage's fixed prompt (so
@@ -466,13 +474,6 @@ def _today(now: float) -> str:
     model lost its voice (it echoed its last question: "And your name, please?"); the days a
     caller names are worked out in code (``collect.spoken_day``)."""
     return f"Today is {datetime.fromtimestamp(now).astimezone():%A %Y-%m-%d}."
-
-
-def _text_of(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, list):
-        return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return str(content or "")
 
 
 def _loose_args(raw: str) -> dict[str, Any]:
@@ -494,5 +495,5 @@ def _add_usage(ctx: TurnContext, usage: Usage | None) -> None:
 
 def _said(ctx: TurnContext) -> str:
     """Everything the caller said in this conversation (for ``x-from-caller`` arguments)."""
-    return " ".join(str(m.get("content") or "") for m in [*ctx.history, ctx.user_message]
+    return " ".join(message_text(m) for m in [*ctx.history, ctx.user_message]
                     if m.get("role") == "user")

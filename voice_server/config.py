@@ -9,12 +9,14 @@ holding an API key). A test keeps it so (tests/unit/test_environment_reads.py).
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import io
 import json
 import os
 import re
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,7 @@ __all__ = [
     "Settings",
     "config_file_from_env",
     "data_dir_from_env",
+    "data_dir_set",
     "env_value",
     "load_settings",
     "read_config_file",
@@ -184,3 +187,18 @@ def data_dir_from_env() -> Path:
         return Path(os.environ["VOICE_SERVER_DATA_DIR"])
     base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
     return Path(base) / "voice-server"
+
+
+@contextlib.contextmanager
+def data_dir_set(path: Path) -> Iterator[None]:
+    """``$VOICE_SERVER_DATA_DIR`` is ``path`` inside the block, for the tool handlers that keep
+    their files there (``playbook test`` gives each scenario an empty one)."""
+    before = os.environ.get("VOICE_SERVER_DATA_DIR")
+    os.environ["VOICE_SERVER_DATA_DIR"] = str(path)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("VOICE_SERVER_DATA_DIR", None)
+        else:
+            os.environ["VOICE_SERVER_DATA_DIR"] = before

@@ -74,3 +74,47 @@ def test_chat_offers_the_language_model_flags_only() -> None:
     assert {"--llm-provider", "--llm-base-url", "--llm-model", "--llm-profile", "--system-prompt",
             "--max-history-messages", "--config", "--log-level"} <= flags
     assert not flags & {"--port", "--stt-model", "--tts-voice", "--phone", "--warm-playbooks"}
+
+
+def test_playbook_test_runs_the_bundled_scenarios_over_a_scripted_model() -> None:
+    """`playbook test FOLDER`: every bundled scenario passes in process, as through the wire
+    (test_scenarios.py), and the tools keep their files in a fresh folder of their own."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VOICE_SERVER_")}
+    env["VOICE_SERVER_DATA_DIR"] = "/nonexistent/not-for-scenarios"  # given its own instead
+    done = subprocess.run([sys.executable, "-m", "voice_server.cli", "playbook", "test",
+                           str(PLAYBOOKS / "tests")], capture_output=True, text=True, cwd=ROOT,
+                          timeout=scaled(120), env=env)
+    scenarios = sorted((PLAYBOOKS / "tests").glob("*.yaml"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines() == [f"{p}: ok" for p in scenarios] + [
+        f"{len(scenarios)} of {len(scenarios)} scenarios passed"]
+
+
+def test_playbook_test_says_which_turn_failed_and_why(tmp_path: Path) -> None:
+    """A builder's own folder: the playbook found by its id, a failing expectation and a
+    malformed scenario each named with the turn, exit 1."""
+    (tmp_path / "shop.yaml").write_text(
+        "id: hello\ninitial_stage: chat\nstages: {chat: {system_prompt: Be brief.}}\n")
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "a_reply.yaml").write_text(
+        "playbook: hello\nturns:\n  - user: Hi\n    llm: [Hello there!]\n"
+        "    expect: {stage: chat, reply: Hello there!}\n"
+        "  - user: Bye\n    llm: [See you.]\n    expect: {reply: Goodbye., stage: chat}\n")
+    (tests / "b_typo.yaml").write_text(
+        "playbook: hello\nturns:\n  - user: Hi\n    expct: {reply: x}\n")
+    (tests / "c_nobody.yaml").write_text("playbook: nobody\nturns: []\n")
+    done = subprocess.run([sys.executable, "-m", "voice_server.cli", "playbook", "test",
+                           str(tests)], capture_output=True, text=True, cwd=ROOT,
+                          timeout=scaled(60))
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.splitlines() == [
+        f"{tests / 'a_reply.yaml'}: FAILED",
+        "  a_reply.yaml turn 2 ('Bye'): reply: wanted 'Goodbye.', got 'See you.'",
+        f"{tests / 'b_typo.yaml'}: FAILED",
+        "  b_typo.yaml turn 1: unknown turn keys ['expct']; known: ['after_s', 'expect', "
+        "'llm', 'user']",
+        f"{tests / 'c_nobody.yaml'}: FAILED",
+        f"  c_nobody.yaml: no playbook with id 'nobody' in {tests} or {tmp_path} (give "
+        "--playbooks-dir)",
+        "0 of 3 scenarios passed"]

@@ -1,4 +1,5 @@
-"""``voice-server playbook validate FILE...``, ``playbook chat FILE`` and ``playbook schema``.
+"""``voice-server playbook validate FILE...``, ``playbook chat FILE``, ``playbook test
+SCENARIO...`` (``scenario.py``) and ``playbook schema``.
 
 ``chat`` drives the same ``PlaybookResponder`` the voice pipeline uses, over the configured LLM
 (the language model's settings as flags, e.g. ``--llm-provider openai_compat --llm-base-url
@@ -11,11 +12,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Callable, Sized
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..config import data_dir_set
 from ..llm import LLMError, LLMRouter
 from ..pipeline.turn import DEFAULT_WINDOW, HistoryWindow, TurnContext
 from ..protocol import Message, StageChange, ToolCallEnd, ToolCallStart
@@ -25,6 +29,7 @@ from .errors import Issue, PlaybookLoadError
 from .lint import lint
 from .loader import load_playbook
 from .responder import PlaybookResponder
+from .scenario import ScenarioError, ScriptedModel, run_scenario, scenario_files
 from .schema import Playbook, playbook_json_schema
 
 __all__ = ["register", "run_chat"]
@@ -45,6 +50,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     chat.add_argument("file", metavar="FILE")
     add_settings_flags(chat, [*ModelSettings.model_fields, "log_level"])  # no server flags
     chat.set_defaults(func=_chat)
+    test = sub.add_parser("test", help="run scenario tests: conversations with the model's "
+                          "replies scripted (exit 1 on any failure)")
+    test.add_argument("files", nargs="+", metavar="SCENARIO",
+                      help="a scenario file, or a folder of them (its *.yaml)")
+    test.add_argument("--playbooks-dir", type=Path, metavar="DIR",
+                      help="where the playbooks the scenarios name are (default: the "
+                           "scenario's folder, then the folder above it)")
+    test.set_defaults(func=_test)
     schema = sub.add_parser("schema", help="print the playbook JSON Schema")
     schema.set_defaults(func=_schema)
 
@@ -80,6 +93,37 @@ def _validate(args: argparse.Namespace) -> int:
         if warnings and args.strict:
             failed += 1
     return 1 if failed else 0
+
+
+def _test(args: argparse.Namespace) -> int:
+    files = scenario_files(args.files)
+    if not files:
+        print(f"no scenario files (*.yaml) in {', '.join(args.files)}", file=sys.stderr)
+        return 1
+    logging.getLogger("voice_server").setLevel(logging.ERROR)  # a scripted failure is no news
+    failed = 0
+    for path in files:
+        try:
+            problems = asyncio.run(_run_scenario(path, args.playbooks_dir))
+        except (ScenarioError, PlaybookLoadError) as exc:
+            problems = [str(exc)]
+        failed += bool(problems)
+        print(f"{path}: {'FAILED' if problems else 'ok'}")
+        for problem in problems:
+            print(f"  {problem}")
+    print(f"{len(files) - failed} of {_count(files, 'scenario')} passed")
+    return 1 if failed else 0
+
+
+async def _run_scenario(path: Path, playbooks_dir: Path | None) -> list[str]:
+    """One scenario over a scripted model, its tool handlers keeping files in a fresh folder."""
+    model = ScriptedModel()
+    router = LLMRouter({model.name: model}, default=model.name)
+    try:
+        with tempfile.TemporaryDirectory() as data, data_dir_set(Path(data)):
+            return await run_scenario(path, router, model, playbooks_dir=playbooks_dir)
+    finally:
+        await router.aclose()
 
 
 def _count(items: Sized, what: str) -> str:

@@ -36,19 +36,20 @@ async def test_chat_over_a_scripted_endpoint(fake: FakeOpenAI) -> None:
     lines = out.decode().splitlines()
     assert lines[0] == "playbook restaurant: stage greeting. Type a message (/quit to stop)."
     assert lines[1:] == [
+        "agent> Good evening, Luigi's trattoria. How can I help you?",  # the greeting, first
         "agent> Welcome to Luigi's!",
         "(stage: greeting)",
         "[stage-change] greeting -> booking (keyword_match)",
         "agent> And what name shall I put the booking under?",
         "(stage: booking)",
         '[tool-call-start] book_table {"name": "Ada Lovelace", "party_size": 2, "time": "19:00"}',
-        lines[7],
+        lines[8],
         "[stage-change] booking -> confirmation (tool_result)",
         "agent> All set! Your table for 2 at 7 pm is booked under Ada Lovelace. See you then!",
         "(stage: confirmation)",
     ]
-    assert lines[7].startswith("[tool-call-end] ")
-    assert '"booked": true' in lines[7] and '"time": "19:00"' in lines[7]
+    assert lines[8].startswith("[tool-call-end] ")
+    assert '"booked": true' in lines[8] and '"time": "19:00"' in lines[8]
     assert len(fake.requests) == 4  # the intent of "hello"; the confirmation is the tool's
 
 

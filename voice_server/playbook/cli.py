@@ -195,6 +195,9 @@ async def run_chat(playbook: Playbook, router: LLMRouter, lines: AsyncIterator[s
                                  **kw) as responder:
         out.write(f"playbook {playbook.id}: stage {responder.stage(state)}. "
                   f"Type a message (/quit to stop).\n")
+        if playbook.greeting:  # said first, as when a phone call connects
+            out.write(f"agent> {playbook.greeting}\n")
+            history.append({"role": "assistant", "content": playbook.greeting})
         out.flush()
         async for line in lines:
             text = line.strip()

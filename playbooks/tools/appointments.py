@@ -62,7 +62,18 @@ def _begun(day: str) -> set[str]:
 def list_free_slots(date: str, *, ctx) -> dict:
     day = _check_day(date)
     with closing(_connect(ctx)) as conn:
-        return {"date": day, "free": _free(conn, day)}
+        free = _free(conn, day)
+    when = Date.fromisoformat(day)
+    on = f"{when:%A} {when.day} {when:%B}"
+    # said as it is (answer_from): the 1.5B model, given the list, said "16 free slots on
+    # Friday" of Monday's 15
+    tell = (f"{on} is fully booked. Which other day would suit you?" if not free else
+            f"On {on} I have {_or(free)} free. Which would you like?" if len(free) <= 3 else
+            f"On {on} I have {_clock(free[0])}, {_clock(free[1])}, {_clock(free[2])} and "
+            f"{len(free) - 3} more slots until {_clock(free[-1])}. Which time would you like?")
+    return {"date": day, "free": free, "tell_caller": tell,
+            # one slot left: a plain yes books it (offer_from)
+            "offer": {"date": day, "time": free[0]} if len(free) == 1 else {}}
 
 
 def book_appointment(date: str, time: str, name: str, reason: str = "", *, ctx) -> dict:

@@ -70,3 +70,26 @@ def test_a_taken_slot_with_one_free_near_it_offers_that_one(ctx) -> None:
     several = appointments.book_appointment("2029-12-31", "10:00", "Tom Hardy", ctx=ctx)
     assert several["booked"] and appointments.book_appointment(
         "2029-12-31", "10:00", "Grace Hopper", ctx=ctx)["offer"] == {}
+
+
+def test_the_free_slots_are_said_with_their_day(ctx) -> None:
+    """The list answers itself (answer_from): the first three, how many more, until when; one
+    slot left is offered; a full day says so."""
+    appointments.book_appointment("2029-12-31", "10:00", "Tom Hardy", ctx=ctx)
+    monday = appointments.list_free_slots("2029-12-31", ctx=ctx)
+    assert len(monday["free"]) == 15 and monday["offer"] == {}
+    assert monday["tell_caller"] == ("On Monday 31 December I have 9 am, 9:30 am, 10:30 am "
+                                     "and 12 more slots until 4:30 pm. Which time would you "
+                                     "like?")
+    for time in ("14:30", "15:00", "15:30"):  # today (14:10): 14:30-16:30 have not begun
+        appointments.book_appointment("2029-12-26", time, "Tom Hardy", ctx=ctx)
+    today = appointments.list_free_slots("2029-12-26", ctx=ctx)
+    assert today["tell_caller"] == ("On Wednesday 26 December I have 4 pm or 4:30 pm free. "
+                                    "Which would you like?") and today["offer"] == {}
+    appointments.book_appointment("2029-12-26", "16:00", "Tom Hardy", ctx=ctx)
+    last = appointments.list_free_slots("2029-12-26", ctx=ctx)
+    assert last["offer"] == {"date": "2029-12-26", "time": "16:30"}
+    assert last["tell_caller"] == "On Wednesday 26 December I have 4:30 pm free. Which would you like?"
+    appointments.book_appointment("2029-12-26", "16:30", "Tom Hardy", ctx=ctx)
+    assert appointments.list_free_slots("2029-12-26", ctx=ctx)["tell_caller"] == \
+        "Wednesday 26 December is fully booked. Which other day would suit you?"

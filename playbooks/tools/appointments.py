@@ -15,6 +15,8 @@ from datetime import date as Date
 from datetime import datetime
 from pathlib import Path
 
+from voice_server.playbook import spoken_time
+
 SLOTS = [f"{h:02d}:{m:02d}" for h in range(9, 17) for m in (0, 30)]
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS appointments (
@@ -69,8 +71,8 @@ def list_free_slots(date: str, *, ctx) -> dict:
     # Friday" of Monday's 15
     tell = (f"{on} is fully booked. Which other day would suit you?" if not free else
             f"On {on} I have {_or(free)} free. Which would you like?" if len(free) <= 3 else
-            f"On {on} I have {_clock(free[0])}, {_clock(free[1])}, {_clock(free[2])} and "
-            f"{len(free) - 3} more slots until {_clock(free[-1])}. Which time would you like?")
+            f"On {on} I have {', '.join(map(spoken_time, free[:3]))} and {len(free) - 3} "
+            f"more slots until {spoken_time(free[-1])}. Which time would you like?")
     return {"date": day, "free": free, "tell_caller": tell,
             # one slot left: a plain yes books it (offer_from)
             "offer": {"date": day, "time": free[0]} if len(free) == 1 else {}}
@@ -100,22 +102,15 @@ def book_appointment(date: str, time: str, name: str, reason: str = "", *, ctx) 
             return {"booked": False, "date": day, "time": time, "free_near": near,
                     # one time offered: a plain yes books it (offer_from)
                     "offer": {"date": day, "time": near[0]} if len(near) == 1 else {},
-                    "tell_caller": f"Sorry, {when:%A} at {_clock(time)} is taken. {offer}"}
+                    "tell_caller": f"Sorry, {when:%A} at {spoken_time(time)} is taken. {offer}"}
     return {"booked": True, "appointment_id": cur.lastrowid, "date": day, "time": time,
             "name": name.strip(),
             "tell_caller": f"You're booked for {when:%A} {when.day} {when:%B} at "
-                           f"{_clock(time)}, {name.strip()}. See you then!"}
-
-
-def _clock(hhmm: str) -> str:
-    """'10:00' -> '10 am', '14:30' -> '2:30 pm'."""
-    hours, minutes = int(hhmm[:2]), hhmm[3:]
-    twelve = hours - 12 if hours > 12 else hours
-    return f"{twelve}{':' + minutes if minutes != '00' else ''} {'pm' if hours >= 12 else 'am'}"
+                           f"{spoken_time(time)}, {name.strip()}. See you then!"}
 
 
 def _or(times: list[str]) -> str:
-    said = [_clock(t) for t in times]
+    said = [spoken_time(t) for t in times]
     return said[0] if len(said) == 1 else f"{', '.join(said[:-1])} or {said[-1]}"
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
+from voice_server.playbook import spoken_time
+
 HOURS = {"monday": None, "tuesday": ("12:00", "22:00"), "wednesday": ("12:00", "22:00"),
          "thursday": ("12:00", "22:00"), "friday": ("12:00", "23:00"),
          "saturday": ("12:00", "23:00"), "sunday": ("12:00", "21:00")}
@@ -57,7 +59,7 @@ def book_table(name: str, time: str, party_size: int) -> dict:
             "party_size": party_size,
             # the answer, said as it is (answer_from): the model confirmed in the caller's
             # voice at times ("I'll be there at 21:00")
-            "tell_caller": f"Your table for {party_size} at {_said(time)} is booked under "
+            "tell_caller": f"Your table for {party_size} at {spoken_time(time)} is booked under "
                            f"{name}. See you then!"}
 
 
@@ -65,7 +67,7 @@ def _instead(time: str, free: dict) -> dict:
     """What the caller is told, said as it is (answer_from), and the time it offers
     (offer_from), which a plain yes then books."""
     if free["reason"] == "fully booked":
-        why = f"Sorry, we're fully booked at {_said(time)}."
+        why = f"Sorry, we're fully booked at {spoken_time(time)}."
     elif "serve" in free["reason"]:
         why = "Sorry, we serve from noon to 10 pm."
     else:
@@ -74,11 +76,4 @@ def _instead(time: str, free: dict) -> dict:
         return {"tell_caller": f"{why} What would you like instead?"}
     offered = free["alternative"]
     return {"offer": {"time": offered},
-            "tell_caller": f"{why} I can offer {_said(offered)}. Would that work?"}
-
-
-def _said(hhmm: str) -> str:
-    """'21:00' -> '9 pm', '20:30' -> '8:30 pm', '09:00' -> '9 am'."""
-    hours, minutes = divmod(_minutes(hhmm), 60)
-    twelve = hours - 12 if hours > 12 else hours
-    return f"{twelve}{f':{minutes:02d}' if minutes else ''} {'pm' if hours >= 12 else 'am'}"
+            "tell_caller": f"{why} I can offer {spoken_time(offered)}. Would that work?"}

@@ -89,7 +89,8 @@ def test_the_free_slots_are_said_with_their_day(ctx) -> None:
     appointments.book_appointment("2029-12-26", "16:00", "Tom Hardy", ctx=ctx)
     last = appointments.list_free_slots("2029-12-26", ctx=ctx)
     assert last["offer"] == {"date": "2029-12-26", "time": "16:30"}
-    assert last["tell_caller"] == "On Wednesday 26 December I have 4:30 pm free. Which would you like?"
+    assert last["tell_caller"] == \
+        "On Wednesday 26 December I have 4:30 pm free. Which would you like?"
     appointments.book_appointment("2029-12-26", "16:30", "Tom Hardy", ctx=ctx)
     assert appointments.list_free_slots("2029-12-26", ctx=ctx)["tell_caller"] == \
         "Wednesday 26 December is fully booked. Which other day would suit you?"

@@ -218,3 +218,12 @@ async def test_an_argument_the_caller_never_said_is_refused() -> None:
     assert heard.ok and heard.result.startswith("hello anna smith")
     assert unchecked.ok  # no transcript given: nothing to check against
     assert spec["function"]["parameters"]["properties"]["name"] == {"type": "string"}
+
+
+@pytest.mark.parametrize(("hhmm", "said"), [
+    ("21:00", "9 pm"), ("20:30", "8:30 pm"), ("09:00", "9 am"), ("9:05", "9:05 am"),
+    ("12:00", "12 pm"), ("12:30", "12:30 pm"), ("00:15", "12:15 am"), ("00:00", "12 am")])
+def test_a_tool_s_sentence_says_times_as_people_do(hhmm: str, said: str) -> None:
+    from voice_server.playbook import spoken_time
+
+    assert spoken_time(hhmm) == said

@@ -4,7 +4,8 @@
 - ``loader``: YAML -> checked ``Playbook``, errors located by file, line and column;
 - ``engine``: pure stage/transition logic (state in, decisions out);
 - ``lint``: graph warnings (unreachable stages, unused tools and intents);
-- ``tools``: argument validation and the Python / HTTP webhook runners;
+- ``tools``: argument validation and the Python / HTTP webhook runners; ``spoken_time`` for
+  the sentences tool handlers write;
 - ``responder``: ``PlaybookResponder``, the turn pipeline's responder for a playbook;
 - ``registry``: ``PlaybookRegistry``, a hot-reloaded folder of playbooks.
 """
@@ -16,7 +17,7 @@ from .loader import load_playbook, load_playbook_text
 from .registry import PlaybookNotFound, PlaybookRegistry, ReloadReport
 from .responder import PlaybookResponder
 from .schema import Playbook, playbook_json_schema
-from .tools import HandlerImportError, ToolContext, ToolOutcome, ToolRunner
+from .tools import HandlerImportError, ToolContext, ToolOutcome, ToolRunner, spoken_time
 
 __all__ = [
     "TRANSITION_TOOL",
@@ -42,4 +43,5 @@ __all__ = [
     "load_playbook",
     "load_playbook_text",
     "playbook_json_schema",
+    "spoken_time",
 ]

@@ -31,7 +31,7 @@ from .errors import PlaybookError, ToolError
 from .schema import HttpSpec, Playbook, PythonHandler, Tool
 
 __all__ = ["FROM_CALLER", "HandlerImportError", "ToolContext", "ToolOutcome", "ToolRunner",
-           "answer_of", "offer_of", "public_schema", "resolve_python"]
+           "answer_of", "offer_of", "public_schema", "resolve_python", "spoken_time"]
 
 MAX_RESULT_CHARS = 8000
 
@@ -124,6 +124,14 @@ def offer_of(outcome: ToolOutcome, tool: Tool | None) -> dict[str, Any]:
         return {}
     offer = outcome.result.get(tool.offer_from)
     return dict(offer) if isinstance(offer, dict) else {}
+
+
+def spoken_time(hhmm: str) -> str:
+    """A 24-hour ``H:MM`` time as a caller should hear it in a tool's ``answer_from`` text:
+    '21:00' -> '9 pm', '14:30' -> '2:30 pm', '12:00' -> '12 pm', '00:15' -> '12:15 am'."""
+    hours, minutes = (int(part) for part in hhmm.split(":"))
+    return f"{hours % 12 or 12}{f':{minutes:02d}' if minutes else ''} " \
+        f"{'pm' if hours >= 12 else 'am'}"
 
 
 FROM_CALLER = "x-from-caller"  # a parameter keyword: the value must be one the caller said

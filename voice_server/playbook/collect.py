@@ -198,9 +198,9 @@ class FactSheet:
             args = json.loads(arguments or "{}")
         except json.JSONDecodeError:
             return arguments
-        theirs = tool.parameters.get("properties") or {}
         if not isinstance(args, dict):
             return arguments
+        theirs = tool.parameters.get("properties") or {}
         shared = {k: v for k, v in args.items() if k in self.properties and
                   _same_type(theirs.get(k), self.properties[k])}
         backed = self.accept(shared, said, None, today)

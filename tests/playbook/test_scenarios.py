@@ -7,6 +7,7 @@ passes through the ``openai`` client and our provider's parsing of the wire form
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,12 @@ import yaml
 
 from tests.support.fake_openai import FakeOpenAI, Reply
 from voice_server.llm import LLMRouter
-from voice_server.playbook.scenario import ScriptedReply, run_scenario
+from voice_server.playbook.scenario import (
+    ScenarioError,
+    ScriptedReply,
+    read_scenario,
+    run_scenario,
+)
 
 from .conftest import PLAYBOOKS
 
@@ -52,3 +58,23 @@ async def test_scenario(path: Path, fake: FakeOpenAI, router: LLMRouter,
     """Every turn of the scenario gives the expected tools, stages, events and reply."""
     monkeypatch.setenv("VOICE_SERVER_DATA_DIR", str(tmp_path))
     assert await run_scenario(path, router, WireScript(fake)) == []
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("playbook: x\n", "a scenario needs `playbook: ID` and a list `turns`"),
+    ("playbook: x\nclock: soon\nturns: []\n", "clock 'soon' is not a local time"),
+    ("playbook: x\nturns: [{llm: [a]}]\n", "turn 1: each turn needs `user`"),
+    ("playbook: x\nturns: [{user: hi, llm: hello}]\n", "turn 1: `llm` must be a list"),
+    ("playbook: x\nturns: [{user: hi, after_s: soon}]\n", "`after_s` must be a number"),
+    ("playbook: x\nturns: [{user: hi, expect: [1]}]\n", "`expect` must be a mapping"),
+    ("playbook: x\nturns: [{user: hi, expect: {events: x}}]\n", "`expect.events` must be a list"),
+    ("playbook: x\nturns: [{user: hi, expect: {tools: [x]}}]\n", "`expect.tools` holds mappings"),
+    ("playbook: x\nturns: [{user: hi, expect: {requests: {first: {}}}}]\n", "request numbers"),
+    ("playbook: x\nturns: [{user: hi, expect: {requests: {0: {tool: []}}}}]\n",
+     "unknown request keys ['tool']"),
+])
+def test_a_malformed_scenario_is_named_not_run(tmp_path: Path, text: str, problem: str) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    with pytest.raises(ScenarioError, match=re.escape(problem)):
+        read_scenario(path)

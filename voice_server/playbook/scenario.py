@@ -30,7 +30,8 @@ from ..protocol import Message, StageChange, ToolCallEnd, ToolCallStart
 from .loader import load_playbook
 from .responder import PlaybookResponder
 
-__all__ = ["ScenarioError", "ScriptedModel", "ScriptedReply", "find_playbook", "run_scenario"]
+__all__ = ["ScenarioError", "ScriptedModel", "ScriptedReply", "find_playbook", "read_scenario",
+           "run_scenario"]
 
 TURN_KEYS = {"user", "llm", "expect", "after_s"}
 EXPECT_KEYS = {"tools", "stage_changes", "events", "stage", "reply", "reply_contains", "data",
@@ -83,7 +84,7 @@ class ScriptedModel:
     default_model: str = "scripted"
     supports_vision: bool = False
     requests: list[dict[str, Any]] = field(default_factory=list)
-    _replies: deque[ScriptedReply] = field(default_factory=deque)
+    _replies: deque[ScriptedReply] = field(default_factory=deque, init=False)
 
     def add(self, replies: list[ScriptedReply]) -> None:
         self._replies.extend(replies)
@@ -158,18 +159,42 @@ def read_scenario(path: Path) -> dict[str, Any]:
     if not isinstance(spec, dict) or not isinstance(spec.get("playbook"), str) or \
             not isinstance(spec.get("turns"), list):
         raise ScenarioError(f"{path.name}: a scenario needs `playbook: ID` and a list `turns`")
+    if "clock" in spec:
+        try:
+            datetime.fromisoformat(str(spec["clock"]))
+        except ValueError:
+            raise ScenarioError(f"{path.name}: clock {spec['clock']!r} is not a local time "
+                                "like 2029-12-28T10:00") from None
     for n, turn in enumerate(spec["turns"], 1):
-        if not isinstance(turn, dict) or "user" not in turn:
-            raise ScenarioError(f"{path.name} turn {n}: each turn needs `user`")
-        expect = turn.get("expect") or {}
-        for what, keys, known in (("turn", set(turn), TURN_KEYS),
-                                  ("expect", set(expect), EXPECT_KEYS),
-                                  *(("request", set(r), REQUEST_KEYS)
-                                    for r in (expect.get("requests") or {}).values())):
-            if keys - known:
-                raise ScenarioError(f"{path.name} turn {n}: unknown {what} keys "
-                                    f"{sorted(keys - known)}; known: {sorted(known)}")
+        if problem := _turn_shape(turn):
+            raise ScenarioError(f"{path.name} turn {n}: {problem}")
     return spec
+
+
+def _turn_shape(turn: Any) -> str | None:
+    """What is wrong with a turn's shape or keys, if anything."""
+    if not isinstance(turn, dict) or "user" not in turn:
+        return "each turn needs `user`"
+    for key, kind, shape in (("llm", list, "a list"), ("after_s", int | float, "a number"),
+                             ("expect", dict, "a mapping")):
+        if turn.get(key) is not None and not isinstance(turn[key], kind):
+            return f"`{key}` must be {shape}"
+    expect = turn.get("expect") or {}
+    for key in ("tools", "stage_changes", "events", "reply_contains"):
+        if key in expect and not isinstance(expect[key], list):
+            return f"`expect.{key}` must be a list"
+    requests = expect.get("requests") or {}
+    if not all(isinstance(t, dict) for t in expect.get("tools") or []) or \
+            not isinstance(requests, dict) or \
+            not all(isinstance(i, int) and isinstance(r, dict) for i, r in requests.items()):
+        return ("`expect.tools` holds mappings, and `expect.requests` maps request numbers "
+                "(0, 1...) to mappings")
+    for what, keys, known in (("turn", set(turn), TURN_KEYS),
+                              ("expect", set(expect), EXPECT_KEYS),
+                              *(("request", set(r), REQUEST_KEYS) for r in requests.values())):
+        if keys - known:
+            return f"unknown {what} keys {sorted(keys - known)}; known: {sorted(known)}"
+    return None
 
 
 async def run_scenario(path: Path, router: LLMRouter, script: Script, *,

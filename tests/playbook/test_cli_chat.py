@@ -105,17 +105,26 @@ def test_playbook_test_says_which_turn_failed_and_why(tmp_path: Path) -> None:
     (tests / "b_typo.yaml").write_text(
         "playbook: hello\nturns:\n  - user: Hi\n    expct: {reply: x}\n")
     (tests / "c_nobody.yaml").write_text("playbook: nobody\nturns: []\n")
-    done = subprocess.run([sys.executable, "-m", "voice_server.cli", "playbook", "test",
-                           str(tests)], capture_output=True, text=True, cwd=ROOT,
-                          timeout=scaled(60))
+    (tests / "d_short.yaml").write_text(
+        "playbook: hello\nturns:\n  - user: Hi\n    expect: {reply: Hello there!}\n")
+    (tests / "e_stage.yaml").write_text(
+        "playbook: hello\nturns:\n  - user: Hi\n    llm: [Hi.]\n    expect: {stage: chats}\n")
+    # from inside the scenarios' folder, as "test ." (the playbook is in the folder above)
+    done = subprocess.run([sys.executable, "-m", "voice_server.cli", "playbook", "test", "."],
+                          capture_output=True, text=True, cwd=tests, timeout=scaled(60))
     assert done.returncode == 1, done.stderr
     assert done.stdout.splitlines() == [
-        f"{tests / 'a_reply.yaml'}: FAILED",
+        "a_reply.yaml: FAILED",
         "  a_reply.yaml turn 2 ('Bye'): reply: wanted 'Goodbye.', got 'See you.'",
-        f"{tests / 'b_typo.yaml'}: FAILED",
+        "b_typo.yaml: FAILED",
         "  b_typo.yaml turn 1: unknown turn keys ['expct']; known: ['after_s', 'expect', "
         "'llm', 'user']",
-        f"{tests / 'c_nobody.yaml'}: FAILED",
+        "c_nobody.yaml: FAILED",
         f"  c_nobody.yaml: no playbook with id 'nobody' in {tests} or {tmp_path} (give "
         "--playbooks-dir)",
-        "0 of 3 scenarios passed"]
+        "d_short.yaml: FAILED",  # the cause, not the reply that followed from it
+        "  d_short.yaml turn 1 ('Hi'): 0 replies scripted, but the turn made 1 request "
+        "(answer): script one reply per request, in that order",
+        "e_stage.yaml: FAILED",
+        "  e_stage.yaml turn 1: no stage 'chats' in playbook 'hello' (its stages: chat)",
+        "0 of 5 scenarios passed"]

@@ -78,3 +78,18 @@ def test_a_malformed_scenario_is_named_not_run(tmp_path: Path, text: str, proble
     path.write_text(text)
     with pytest.raises(ScenarioError, match=re.escape(problem)):
         read_scenario(path)
+
+
+def test_a_difference_names_the_key_that_differs() -> None:
+    from voice_server.playbook.scenario import difference
+
+    result = {"booked": False, "offer": {"time": "09:00"}, "free": ["09:00", "09:30"]}
+    assert difference({"booked": False}, result, "book") is None  # more keys may be there
+    assert difference({"offer": {"time": "11:00"}}, result, "book") == \
+        "book.offer.time: wanted '11:00', got '09:00'"
+    assert difference({"free": ["09:00", "10:00"]}, result, "book") == \
+        "book.free[1]: wanted '10:00', got '09:30'"
+    assert difference({"free": ["09:00"]}, result, "book") == \
+        "book.free: wanted ['09:00'], got ['09:00', '09:30']"
+    assert difference({"id": 1}, result, "book") == \
+        "book.id: missing (there: booked, offer, free)"

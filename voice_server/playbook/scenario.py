@@ -137,7 +137,8 @@ def find_playbook(scenario: Path, playbook_id: str, folder: Path | None = None) 
     """The playbook file a scenario names by id: ``FOLDER/ID.yaml``, else the ``*.yaml`` there
     whose ``id`` it is; without ``folder``, the scenario's own folder, then its parent's (the
     bundled layout: ``playbooks/tests/x.yaml`` tests ``playbooks/ID.yaml``)."""
-    searched = [folder] if folder else [scenario.parent, scenario.parent.parent]
+    here = scenario.resolve().parent  # "playbook test ." from inside tests/ too
+    searched = [folder] if folder else [here, here.parent]
     for where in searched:
         if (where / f"{playbook_id}.yaml").is_file():
             return where / f"{playbook_id}.yaml"
@@ -205,6 +206,14 @@ async def run_scenario(path: Path, router: LLMRouter, script: Script, *,
     playbook = load_playbook(find_playbook(path, spec["playbook"], playbooks_dir))
     clock = _Clock(datetime.fromisoformat(str(spec["clock"])).timestamp()
                    if "clock" in spec else START)
+    for n, turn in enumerate(spec["turns"], 1):
+        expect = turn.get("expect") or {}
+        named = [expect["stage"]] if "stage" in expect else []
+        named += [c.get(k) for c in expect.get("stage_changes") or [] if isinstance(c, dict)
+                  for k in ("from", "to")]
+        if unknown := [name for name in named if name not in playbook.stages]:
+            return [f"{path.name} turn {n}: no stage {unknown[0]!r} in playbook "
+                    f"{playbook.id!r} (its stages: {', '.join(playbook.stages)})"]
     history: list[dict[str, Any]] = []
     state: dict[str, Any] = {}
     failures: list[str] = []
@@ -253,12 +262,12 @@ class _Turn:
 
 
 def _check(expect: dict[str, Any], seen: _Turn, scripted: int, unused: int) -> list[str]:
+    if unused or len(seen.requests) != scripted:  # the rest would follow from this
+        made = ", ".join(_kind(r) for r in seen.requests)
+        return [f"{_count(scripted, 'reply', 'replies')} scripted, but the turn made "
+                f"{_count(len(seen.requests), 'request')}{f' ({made})' if made else ''}: "
+                "script one reply per request, in that order"]
     out: list[str] = []
-    if unused:
-        out.append(f"{unused} scripted replies unused (the turn made {len(seen.requests)} "
-                   f"requests)")
-    elif len(seen.requests) != scripted:
-        out.append(f"the turn made {len(seen.requests)} requests; {scripted} replies scripted")
     starts = [e for e in seen.events if isinstance(e, ToolCallStart)]
     ends = {e.call_id: e for e in seen.events if isinstance(e, ToolCallEnd)}
     if "tools" in expect:
@@ -275,8 +284,9 @@ def _check(expect: dict[str, Any], seen: _Turn, scripted: int, unused: int) -> l
         _want(out, "reply", expect["reply"], seen.reply)
     out += [f"reply {seen.reply!r} lacks {text!r}"
             for text in expect.get("reply_contains", []) if text not in seen.reply]
-    if "data" in expect and not subset(expect["data"], seen.state.get("data")):
-        out.append(f"data: wanted {expect['data']}, got {seen.state.get('data')}")
+    if "data" in expect and (found := difference(expect["data"], seen.state.get("data"),
+                                                 "data")):
+        out.append(found)
     if "interruptible" in expect:
         _want(out, "interruptible", expect["interruptible"], seen.interruptible)
     for i, want in (expect.get("requests") or {}).items():
@@ -300,16 +310,17 @@ def _check_tools(wanted: list[dict[str, Any]], starts: list[ToolCallStart],
         end = ends.get(start.call_id)
         if start.name != want.get("name"):
             out.append(f"tools: wanted {want.get('name')}, got {start.name}")
-        elif not subset(want.get("arguments", {}), start.arguments):
-            out.append(f"{start.name}: wanted arguments {want['arguments']}, "
-                       f"got {start.arguments}")
+        elif found := difference(want.get("arguments", {}), start.arguments,
+                                 f"{start.name} arguments"):
+            out.append(found)
         elif end is None:
             continue
         elif "ok" in want and (end.error is None) != want["ok"]:
             out.append(f"{start.name}: wanted ok {want['ok']}, got "
                        f"{end.error or end.result}")
-        elif "result" in want and not subset(want["result"], end.result):
-            out.append(f"{start.name}: wanted result {want['result']}, got {end.result}")
+        elif "result" in want and (found := difference(want["result"], end.result,
+                                                       f"{start.name} result")):
+            out.append(found)
         elif "error_contains" in want and want["error_contains"] not in (end.error or ""):
             out.append(f"{start.name}: wanted an error with {want['error_contains']!r}, "
                        f"got {end.error!r}")
@@ -343,21 +354,45 @@ def _check_request(want: dict[str, Any], request: dict[str, Any]) -> list[str]:
     return out
 
 
+def _kind(request: dict[str, Any]) -> str:
+    """What a request asked for: the note of a collecting stage, a forced tool (the intent),
+    or the answer."""
+    schema = (request.get("response_format") or {}).get("json_schema") or {}
+    forced = request.get("tool_choice")
+    if schema.get("name"):
+        return str(schema["name"])
+    if isinstance(forced, dict):
+        return str((forced.get("function") or {}).get("name", "a forced tool"))
+    return "answer"
+
+
+def _count(n: int, one: str, many: str = "") -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
 def _want(out: list[str], what: str, wanted: Any, got: Any) -> None:
     if wanted != got:
         out.append(f"{what}: wanted {wanted!r}, got {got!r}")
 
 
-def subset(expected: Any, actual: Any) -> bool:
-    """``expected`` is in ``actual``: a mapping's keys with matching values (more keys may
-    be there), a list item by item, anything else equal."""
-    if isinstance(expected, dict):
-        return isinstance(actual, dict) and all(
-            k in actual and subset(v, actual[k]) for k, v in expected.items())
-    if isinstance(expected, list):
-        return isinstance(actual, list) and len(expected) == len(actual) and all(
-            subset(e, a) for e, a in zip(expected, actual, strict=True))
-    return expected == actual
+def difference(expected: Any, actual: Any, where: str) -> str | None:
+    """Where ``actual`` differs from ``expected``, or None: a mapping's keys must be there
+    with matching values (more keys may be), a list item by item, anything else equal.
+    "offer.time: wanted '11:00', got '09:00'"."""
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        for key, value in expected.items():
+            if key not in actual:
+                return f"{where}.{key}: missing (there: {', '.join(map(str, actual)) or 'none'})"
+            if found := difference(value, actual[key], f"{where}.{key}"):
+                return found
+        return None
+    if isinstance(expected, list) and isinstance(actual, list) and \
+            len(expected) == len(actual):
+        for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
+            if found := difference(e, a, f"{where}[{i}]"):
+                return found
+        return None
+    return None if expected == actual else f"{where}: wanted {expected!r}, got {actual!r}"
 
 
 def scenario_files(given: list[str]) -> list[Path]:

@@ -37,19 +37,22 @@ async def test_chat_over_a_scripted_endpoint(fake: FakeOpenAI) -> None:
     assert lines[0] == "playbook restaurant: stage greeting. Type a message (/quit to stop)."
     assert lines[1:] == [
         "agent> Good evening, Luigi's trattoria. How can I help you?",  # the greeting, first
+        "you> hello",  # piped lines are shown
         "agent> Welcome to Luigi's!",
         "(stage: greeting)",
+        "you> I want to book a table for two at 19:00",
         "[stage-change] greeting -> booking (keyword_match)",
         "agent> And what name shall I put the booking under?",
         "(stage: booking)",
+        "you> Ada Lovelace",
         '[tool-call-start] book_table {"name": "Ada Lovelace", "party_size": 2, "time": "19:00"}',
-        lines[8],
+        lines[11],
         "[stage-change] booking -> confirmation (tool_result)",
         "agent> All set! Your table for 2 at 7 pm is booked under Ada Lovelace. See you then!",
         "(stage: confirmation)",
     ]
-    assert lines[8].startswith("[tool-call-end] ")
-    assert '"booked": true' in lines[8] and '"time": "19:00"' in lines[8]
+    assert lines[11].startswith("[tool-call-end] ")
+    assert '"booked": true' in lines[11] and '"time": "19:00"' in lines[11]
     assert len(fake.requests) == 4  # the intent of "hello"; the confirmation is the tool's
 
 

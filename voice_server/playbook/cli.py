@@ -150,7 +150,8 @@ def _chat(args: argparse.Namespace) -> int:
         try:
             return await run_chat(playbook, router, _stdin_lines(), sys.stdout,
                                   window=HistoryWindow.from_settings(settings),
-                                  timeout_s=settings.llm_timeout_s)
+                                  timeout_s=settings.llm_timeout_s,
+                                  echo=not sys.stdin.isatty())  # piped lines are shown
         finally:
             await router.aclose()
 
@@ -186,8 +187,9 @@ def describe(message: Message) -> str:
 async def run_chat(playbook: Playbook, router: LLMRouter, lines: AsyncIterator[str],
                    out: TextIO, *, window: HistoryWindow = DEFAULT_WINDOW,
                    timeout_s: float | None = 30.0,
-                   clock: Callable[[], float] | None = None) -> int:
-    """The chat loop: one turn per input line; ``/quit`` or end of input stops it."""
+                   clock: Callable[[], float] | None = None, echo: bool = False) -> int:
+    """The chat loop: one turn per input line (written as ``you> ...`` when ``echo``: lines
+    that came from a pipe); ``/quit`` or end of input stops it."""
     history: list[dict[str, Any]] = []
     state: dict[str, Any] = {}
     kw = {"clock": clock} if clock else {}
@@ -205,6 +207,8 @@ async def run_chat(playbook: Playbook, router: LLMRouter, lines: AsyncIterator[s
                 break
             if not text:
                 continue
+            if echo:
+                out.write(f"you> {text}\n")
             at_line_start = True
 
             async def emit(message: Message) -> None:

@@ -112,6 +112,8 @@ def test_playbook_test_says_which_turn_failed_and_why(tmp_path: Path) -> None:
         "playbook: hello\nturns:\n  - user: Hi\n    expect: {reply: Hello there!}\n")
     (tests / "e_stage.yaml").write_text(
         "playbook: hello\nturns:\n  - user: Hi\n    llm: [Hi.]\n    expect: {stage: chats}\n")
+    (tests / "f_error.yaml").write_text(
+        "playbook: hello\nturns:\n  - user: Hi\n    llm: [{status: 503, error_message: down}]\n")
     # from inside the scenarios' folder, as "test ." (the playbook is in the folder above)
     done = subprocess.run([sys.executable, "-m", "voice_server.cli", "playbook", "test", "."],
                           capture_output=True, text=True, cwd=tests, timeout=scaled(60))
@@ -130,4 +132,6 @@ def test_playbook_test_says_which_turn_failed_and_why(tmp_path: Path) -> None:
         "(answer): script one reply per request, in that order",
         "e_stage.yaml: FAILED",
         "  e_stage.yaml turn 1: no stage 'chats' in playbook 'hello' (its stages: chat)",
-        "0 of 5 scenarios passed"]
+        "f_error.yaml: FAILED",  # the endpoint's error, which the turn did not get over
+        "  f_error.yaml turn 1 ('Hi'): the turn failed: down",
+        "0 of 6 scenarios passed"]

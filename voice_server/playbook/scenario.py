@@ -22,13 +22,14 @@ from typing import Any, Protocol
 
 import yaml
 
-from ..llm import LLMRouter, StreamEvent, ToolCall, Usage
+from ..llm import LLMError, LLMRouter, StreamEvent, ToolCall, Usage
 from ..llm import errors as llm_errors
 from ..llm.types import ChatRequest, ChatResult
 from ..pipeline.turn import TurnContext
 from ..protocol import Message, StageChange, ToolCallEnd, ToolCallStart
 from .loader import load_playbook
 from .responder import PlaybookResponder
+from .schema import Playbook
 
 __all__ = ["ScenarioError", "ScriptedModel", "ScriptedReply", "find_playbook", "read_scenario",
            "run_scenario"]
@@ -61,8 +62,12 @@ class ScriptedReply:
             return cls(text=item)
         if not isinstance(item, dict):
             raise ScenarioError(f"a scripted reply is a text or a mapping, not {item!r}")
-        return cls(text=str(item.get("text", "")), tool_calls=tuple(item.get("tool_calls", [])),
-                   status=int(item.get("status", 200)),
+        calls, status = item.get("tool_calls") or [], item.get("status", 200)
+        if not isinstance(status, int) or not isinstance(calls, list) or \
+                not all(isinstance(c, dict) for c in calls):
+            raise ScenarioError(f"a scripted reply's status is a number and its tool_calls a "
+                                f"list of {{name, arguments}}: {item!r}")
+        return cls(text=str(item.get("text", "")), tool_calls=tuple(calls), status=status,
                    error_message=str(item.get("error_message", "scripted failure")))
 
 
@@ -180,6 +185,11 @@ def _turn_shape(turn: Any) -> str | None:
                              ("expect", dict, "a mapping")):
         if turn.get(key) is not None and not isinstance(turn[key], kind):
             return f"`{key}` must be {shape}"
+    for item in turn.get("llm") or []:
+        try:
+            ScriptedReply.of(item)
+        except ScenarioError as exc:
+            return str(exc)
     expect = turn.get("expect") or {}
     for key in ("tools", "stage_changes", "events", "reply_contains"):
         if key in expect and not isinstance(expect[key], list):
@@ -206,14 +216,8 @@ async def run_scenario(path: Path, router: LLMRouter, script: Script, *,
     playbook = load_playbook(find_playbook(path, spec["playbook"], playbooks_dir))
     clock = _Clock(datetime.fromisoformat(str(spec["clock"])).timestamp()
                    if "clock" in spec else START)
-    for n, turn in enumerate(spec["turns"], 1):
-        expect = turn.get("expect") or {}
-        named = [expect["stage"]] if "stage" in expect else []
-        named += [c.get(k) for c in expect.get("stage_changes") or [] if isinstance(c, dict)
-                  for k in ("from", "to")]
-        if unknown := [name for name in named if name not in playbook.stages]:
-            return [f"{path.name} turn {n}: no stage {unknown[0]!r} in playbook "
-                    f"{playbook.id!r} (its stages: {', '.join(playbook.stages)})"]
+    if problem := _unknown_stage(spec["turns"], playbook):
+        return [f"{path.name} {problem}"]
     history: list[dict[str, Any]] = []
     state: dict[str, Any] = {}
     failures: list[str] = []
@@ -230,17 +234,34 @@ async def run_scenario(path: Path, router: LLMRouter, script: Script, *,
 
             ctx = TurnContext(history=history, emit=emit, state=state,
                               user_message={"role": "user", "content": str(turn["user"])})
-            reply = "".join([d async for d in responder.respond(ctx)]).strip()
+            where = f"{path.name} turn {n} ({turn['user']!r})"
+            try:
+                reply = "".join([d async for d in responder.respond(ctx)]).strip()
+            except LLMError as exc:  # a scripted error the turn does not get over
+                failures.append(f"{where}: the turn failed: {exc}")
+                break
             history.extend([ctx.user_message, *ctx.pending,
                             *([{"role": "assistant", "content": reply}] if reply else [])])
             seen = _Turn(reply, events, ctx, state, script.requests[first:],
                          responder.interruptible(state))
-            where = f"{path.name} turn {n} ({turn['user']!r})"
             failures += [f"{where}: {problem}" for problem in _check(
                 turn.get("expect") or {}, seen, len(replies), script.unused())]
             if failures:
                 break  # the next turns would fail for this one's sake
     return failures
+
+
+def _unknown_stage(turns: list[dict[str, Any]], playbook: Playbook) -> str | None:
+    """"turn N: no stage ..." for the first stage a turn expects that the playbook lacks."""
+    for n, turn in enumerate(turns, 1):
+        expect = turn.get("expect") or {}
+        named = [expect["stage"]] if "stage" in expect else []
+        named += [c.get(k) for c in expect.get("stage_changes") or [] if isinstance(c, dict)
+                  for k in ("from", "to")]
+        if unknown := [name for name in named if name not in playbook.stages]:
+            return (f"turn {n}: no stage {unknown[0]!r} in playbook {playbook.id!r} (its "
+                    f"stages: {', '.join(playbook.stages)})")
+    return None
 
 
 @dataclass

@@ -48,6 +48,20 @@ async def test_a_looping_answer_is_cut_and_not_kept(scripted_server, fake_llm, c
     assert seconds < 6, f"{seconds:.1f} s of speech: the loop was spoken"
 
 
+async def test_a_loop_before_any_piece_is_cut_still_closes_a_spoken_turn(
+        scripted_server, fake_llm, connect, make_speech):
+    """SmolLM2 answered "How many continents are there?" with "There are 7,987,987,987...":
+    no piece had been cut when the loop was found (a number never ends an early piece), and
+    the turn ended with its text shown, nothing said and no tts-complete (the quality
+    benchmark waited until the server closed the connection as idle)."""
+    fake_llm.add("There are 7," + "987," * 12)  # streamed word by word: the number at once
+    async with connect(scripted_server) as client:
+        await client.send(audio_message(make_speech("How many continents are there?")))
+        turn = check_turn(await client.until("tts-complete", timeout=60), final_may_differ=True)
+    assert turn["text"] == "There are"
+    assert rms(turn["pcm"]) > 300  # said
+
+
 async def test_a_long_conversation_never_fails_a_turn(local_server, connect, make_speech):
     """50 turns of long messages (the last 40 messages alone are over 10,000 tokens, more than
     the local model's context of 8,192), then a spoken question on the embedded model: the

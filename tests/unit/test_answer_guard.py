@@ -87,3 +87,26 @@ def test_history_window_keeps_the_newest_within_its_budget():
     assert sent[0]["role"] != "tool"
     assert all("interrupted" not in m for m in sent)
     assert len(llm_messages(history, HistoryWindow(messages=6, chars=100_000))) == 6
+
+
+def test_a_loop_s_start_that_no_piece_has_said_yet_is_dropped_and_the_rest_said():
+    """Nothing was cut into a piece before the loop ("There are 7,987,987,987..."; a number
+    never ends an early piece): the words before the loop are still said, the loop is not."""
+    from voice_server.pipeline.chunker import SentenceChunker
+
+    guard, chunker = AnswerGuard(), SentenceChunker()
+    pieces: list[str] = []
+    text = "There are 7,987,987,987,987,987,987,987,987,987"
+    for i in range(0, len(text), 3):
+        if delta := guard.admit(text[i:i + 3]):
+            pieces += chunker.feed(delta)
+        if guard.stopped:
+            break
+    assert guard.stopped == "loop" and pieces == [] and guard.kept == "There are 7,987,"
+    assert guard.repeated == len("987,987,")
+    chunker.drop(guard.repeated)
+    assert chunker.flush() == "There are 7,987,"
+    chunker.feed("Paris.")
+    chunker.drop(100)  # more than it holds: nothing is left
+    assert chunker.flush() is None
+    assert AnswerGuard().repeated == 0

@@ -67,6 +67,12 @@ class AnswerGuard:
         """The answer without its loop: what history and the final ``llm`` message carry."""
         return self._text if self._kept is None else self._text[:self._kept].rstrip()
 
+    @property
+    def repeated(self) -> int:
+        """How many admitted characters come after ``kept``: the loop's start, which the
+        sentence chunker may still hold unsaid (``SentenceChunker.drop``)."""
+        return 0 if self._kept is None else len(self._text) - self._kept
+
     def admit(self, delta: str) -> str:
         """The part of ``delta`` to pass on (may be shorter, or empty once stopped)."""
         if self.stopped is not None:

@@ -46,6 +46,11 @@ class SentenceChunker:
             out.append(piece)
         return out
 
+    def drop(self, chars: int) -> None:
+        """Forget the last ``chars`` characters fed, those not yet emitted (a loop the answer
+        guard cut: neither spoken nor kept)."""
+        self._buf = self._buf[:max(0, len(self._buf) - chars)]
+
     def flush(self) -> str | None:
         """Return what is left at the end of the stream, if anything speakable."""
         rest, self._buf = self._buf.strip(), ""

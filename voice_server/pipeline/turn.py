@@ -293,13 +293,15 @@ class Turn:
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
         rec.llm_done = time.monotonic()
+        if guard.stopped == "loop":  # the repeat is neither spoken nor kept; the words
+            self._text = [guard.kept]  # before it are, even when no piece was cut yet
+            chunker.drop(guard.repeated)  # ("There are 7,987,987,987..." said nothing and
+            # closed no turn: no tts-complete)
         if failure is None and (fallback := guard.fallback()) is not None:
             log.info("empty answer in session %s: saying the fallback",
                      session_tag(rec.session_id))
             await take(fallback)
-        if guard.stopped == "loop":  # the repeat is neither spoken nor kept
-            self._text = [guard.kept]
-        elif failure is None and (rest := chunker.flush()) is not None:
+        if failure is None and (rest := chunker.flush()) is not None:
             if rec.first_chunk is None:
                 rec.first_chunk = time.monotonic()
             sentences.put_nowait(rest)

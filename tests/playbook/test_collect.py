@@ -325,3 +325,21 @@ def test_a_lookup_the_model_makes_gets_the_details_the_caller_gave(engine: Engin
     raw = '{"day": "sunday"}'
     assert sheet.ground(lookup, raw, facts, "Hi") is raw  # nothing shared: as the model wrote
     assert json.loads(sheet.ground(lookup, '{"time": "19:30"}', {}, "Hi")) == {"time": "19:30"}
+
+
+@pytest.mark.parametrize(("time", "said", "kept"), [
+    ("20:30", "Half past 8 in the evening, please.", True),
+    ("19:00", "Half past 8 in the evening, please.", False),  # the 0.5B copied an example
+    ("19:30", "Seven thirty tonight.", True),
+    ("21:00", "At 9 pm.", True),
+    ("20:30", "8.30 tonight.", True),
+    ("20:30", "At 20:30.", True),
+    ("12:00", "Noon, by the window.", True),
+    ("19:45", "A quarter to eight.", True),
+    ("10:00", "Have passed 10.", True),
+    ("14:00", "Two people, please.", True),  # a number said for another detail: let through
+    ("19:00", "Four people, please.", False),
+])
+def test_a_noted_time_needs_its_hour_said(engine: Engine, time: str, said: str,
+                                          kept: bool) -> None:
+    assert (engine.sheets["booking"].accept({"time": time}, said) == {"time": time}) is kept

@@ -11,8 +11,9 @@ model, runs the conversation of such a stage. On each user turn:
    says, ``null`` for the rest. No tool listing: the prompt stays short and cached;
 2. **check**: each value must validate against its own JSON Schema; an ``x-from-caller`` one must
    be made of the caller's words; a whole number must be in the caller's message itself (its
-   digits or its English words: "Then half past eight" gives no party size of 4), a text
-   with digits (a time, a date) needs a number there (digits or an English number word), and
+   digits or its English words: "Then half past eight" gives no party size of 4), a time its
+   hour (digits or words, a 12- or 24-hour clock), a text with other digits (a date) a number
+   there (digits or an English number word), and
    another text a word of the message ("beard trim", not an example's "haircut"). A
    date the caller names by its day ("tomorrow", "on Monday", "the day after tomorrow") is
    worked out here from today's date, when the playbook gives it (``globals.today``): a small
@@ -67,6 +68,7 @@ _AGREE = frozenset("yes yeah yep yup sure ok okay fine great perfect good works 
 _REFUSE = frozenset("no nope not don't doesn't won't can't cannot isn't rather instead "
                     "but".split())
 _WORDS_OF_TALK = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
+_CLOCK = re.compile(r"^([01]?\d|2[0-3]):[0-5]\d$")  # a time of day, H:MM or HH:MM
 
 
 @dataclass(frozen=True)
@@ -237,6 +239,8 @@ def _backed(value: Any, said: str, heard: set[str]) -> bool:
     that works." changes nothing."""
     if isinstance(value, int) and not isinstance(value, bool):
         return _says_integer(value, said, heard)
+    if isinstance(value, str) and (clock := _CLOCK.match(value)):
+        return _says_hour(int(clock.group(1)), said, heard)
     if _numeric(value):
         return _says_a_number(said, heard)
     if not isinstance(value, str):
@@ -331,6 +335,18 @@ def _agrees(said: str) -> bool:
 
 def _says_a_number(said: str, heard: set[str]) -> bool:
     return any(ch.isdigit() for ch in said) or bool(heard & _NUMBER_WORDS)
+
+
+def _says_hour(hour: int, said: str, heard: set[str]) -> bool:
+    """The caller named the hour of a noted ``H:MM`` time, on a 12- or 24-hour clock, in
+    digits or words ("half past 8" for 20:30; "quarter to nine" for 8:45; "noon"): the 0.5B
+    model noted 19:00, an example's time, for "half past 8 in the evening"."""
+    twelve = hour % 12 or 12
+    wanted = {twelve, twelve % 12 + 1} if "to" in heard else {twelve}
+    named = {int(n) % 12 or 12 for n in re.findall(r"\d+", said) if int(n) <= 24}
+    named |= {_ONES.index(w) % 12 or 12 for w in heard if w in _ONES}
+    named |= {12 for w in ("noon", "midday", "midnight") if w in heard}
+    return bool(wanted & named)
 
 
 def _says_integer(n: int, said: str, heard: set[str]) -> bool:

@@ -334,6 +334,9 @@ def test_a_lookup_the_model_makes_gets_the_details_the_caller_gave(engine: Engin
     ("21:00", "At 9 pm.", True),
     ("20:30", "8.30 tonight.", True),
     ("20:30", "At 20:30.", True),
+    ("18:30", "A table for five people at 630 in the evening, please.", True),  # Whisper's
+    ("19:30", "At 1930.", True),
+    ("19:30", "At 1975.", False),
     ("12:00", "Noon, by the window.", True),
     ("19:45", "A quarter to eight.", True),
     ("10:00", "Have passed 10.", True),

@@ -339,11 +339,13 @@ def _says_a_number(said: str, heard: set[str]) -> bool:
 
 def _says_hour(hour: int, said: str, heard: set[str]) -> bool:
     """The caller named the hour of a noted ``H:MM`` time, on a 12- or 24-hour clock, in
-    digits or words ("half past 8" for 20:30; "quarter to nine" for 8:45; "noon"): the 0.5B
-    model noted 19:00, an example's time, for "half past 8 in the evening"."""
+    digits or words ("half past 8" and "830" for 20:30; "quarter to nine" for 8:45; "noon"):
+    the 0.5B model noted 19:00, an example's time, for "half past 8 in the evening"."""
     twelve = hour % 12 or 12
     wanted = {twelve, twelve % 12 + 1} if "to" in heard else {twelve}
-    named = {int(n) % 12 or 12 for n in re.findall(r"\d+", said) if int(n) <= 24}
+    numbers = [int(n) for n in re.findall(r"\d+", said)]  # "630": Whisper's 6:30
+    named = {(n if n <= 24 else n // 100) % 12 or 12 for n in numbers
+             if n <= 24 or (100 <= n <= 2400 and n % 100 < 60)}
     named |= {_ONES.index(w) % 12 or 12 for w in heard if w in _ONES}
     named |= {12 for w in ("noon", "midday", "midnight") if w in heard}
     return bool(wanted & named)

@@ -337,6 +337,18 @@ def test_a_lookup_the_model_makes_gets_the_details_the_caller_gave(engine: Engin
     ("18:30", "A table for five people at 630 in the evening, please.", True),  # Whisper's
     ("19:30", "At 1930.", True),
     ("19:30", "At 1975.", False),
+    ("19:00", "A table for two people at 7.30 in the evening.", False),  # the 0.5B again
+    ("19:30", "A table for two people at 7.30 in the evening.", True),
+    ("19:30", "At 7 in the evening.", False),  # minutes nobody said
+    ("20:00", "At 8 o'clock tonight.", True),
+    ("20:15", "A quarter past eight.", True),
+    ("09:30", "Half nine.", True),
+    ("20:10", "Ten past eight.", True),
+    ("20:25", "Twenty five past eight.", True),
+    ("19:50", "Ten to eight.", True),
+    ("19:20", "Seven twenty.", True),
+    ("19:00", "I would like to book a table for two at seven.", True),  # "to": not minutes
+    ("19:00", "Seven for twenty people.", True),
     ("12:00", "Noon, by the window.", True),
     ("19:45", "A quarter to eight.", True),
     ("10:00", "Have passed 10.", True),

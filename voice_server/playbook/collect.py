@@ -12,7 +12,8 @@ model, runs the conversation of such a stage. On each user turn:
 2. **check**: each value must validate against its own JSON Schema; an ``x-from-caller`` one must
    be made of the caller's words; a whole number must be in the caller's message itself (its
    digits or its English words: "Then half past eight" gives no party size of 4), a time its
-   hour (digits or words, a 12- or 24-hour clock), a text with other digits (a date) a number
+   hour and minutes (digits or words, a 12- or 24-hour clock; no minutes said: on the hour),
+   a text with other digits (a date) a number
    there (digits or an English number word), and
    another text a word of the message ("beard trim", not an example's "haircut"). A
    date the caller names by its day ("tomorrow", "on Monday", "the day after tomorrow") is
@@ -68,7 +69,9 @@ _AGREE = frozenset("yes yeah yep yup sure ok okay fine great perfect good works 
 _REFUSE = frozenset("no nope not don't doesn't won't can't cannot isn't rather instead "
                     "but".split())
 _WORDS_OF_TALK = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
-_CLOCK = re.compile(r"^([01]?\d|2[0-3]):[0-5]\d$")  # a time of day, H:MM or HH:MM
+_CLOCK = re.compile(r"^([01]?\d|2[0-3]):([0-5]\d)$")  # a time of day, H:MM or HH:MM
+_MINUTE_WORDS = [({"half"}, {30}), ({"thirty"}, {30}), ({"quarter"}, {15, 45}),
+                 ({"fifteen"}, {15}), ({"forty", "five"}, {45}), ({"clock"}, {0})]
 
 
 @dataclass(frozen=True)
@@ -240,7 +243,8 @@ def _backed(value: Any, said: str, heard: set[str]) -> bool:
     if isinstance(value, int) and not isinstance(value, bool):
         return _says_integer(value, said, heard)
     if isinstance(value, str) and (clock := _CLOCK.match(value)):
-        return _says_hour(int(clock.group(1)), said, heard)
+        return _says_hour(int(clock.group(1)), said, heard) and \
+            _says_minutes(int(clock.group(2)), said, heard)
     if _numeric(value):
         return _says_a_number(said, heard)
     if not isinstance(value, str):
@@ -349,6 +353,27 @@ def _says_hour(hour: int, said: str, heard: set[str]) -> bool:
     named |= {_ONES.index(w) % 12 or 12 for w in heard if w in _ONES}
     named |= {12 for w in ("noon", "midday", "midnight") if w in heard}
     return bool(wanted & named)
+
+
+def _says_minutes(minutes: int, said: str, heard: set[str]) -> bool:
+    """The minutes of a noted time agree with the caller's: minutes said ("7.30", "630",
+    "half", "quarter", "thirty"; "ten past", "twenty") must include them, and a time said
+    without minutes is on the hour (the 0.5B model noted 19:00 for "7.30 in the evening")."""
+    said_minutes = {n % 100 for n in map(int, re.findall(r"\d+", said))
+                    if 100 <= n <= 2400 and n % 100 < 60}
+    said_minutes |= {int(n) for n in re.findall(r"[:.](\d{2})\b", said) if int(n) < 60}
+    for words, at in _MINUTE_WORDS:
+        if words <= heard:
+            said_minutes |= at
+    if not minutes:
+        return not said_minutes - {0}
+    maybe = {20} if "twenty" in heard else set()  # "seven twenty"; or twenty people
+    if heard & {"past", "to"}:  # "ten past eight", "twenty five to nine"
+        small = {int(n) for n in re.findall(r"\d+", said) if int(n) <= 30}
+        small |= {_ONES.index(w) for w in heard if w in _ONES}
+        small |= {20 + n for n in small if n < 10} if "twenty" in heard else set()
+        maybe |= small | {60 - n for n in small if n}
+    return minutes in said_minutes | maybe
 
 
 def _says_integer(n: int, said: str, heard: set[str]) -> bool:

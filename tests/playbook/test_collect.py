@@ -349,6 +349,7 @@ def test_a_lookup_the_model_makes_gets_the_details_the_caller_gave(engine: Engin
     ("19:20", "Seven twenty.", True),
     ("19:00", "I would like to book a table for two at seven.", True),  # "to": not minutes
     ("19:00", "Seven for twenty people.", True),
+    ("10:00", "For Richard Hopper, 2029-12-31 at 10:00.", True),  # the date is no time
     ("12:00", "Noon, by the window.", True),
     ("19:45", "A quarter to eight.", True),
     ("10:00", "Have passed 10.", True),

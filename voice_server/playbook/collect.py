@@ -70,6 +70,7 @@ _REFUSE = frozenset("no nope not don't doesn't won't can't cannot isn't rather i
                     "but".split())
 _WORDS_OF_TALK = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
 _CLOCK = re.compile(r"^([01]?\d|2[0-3]):([0-5]\d)$")  # a time of day, H:MM or HH:MM
+_DATE = re.compile(r"\d{4}-\d{1,2}-\d{1,2}|\d{1,2}/\d{1,2}/\d{2,4}")
 _MINUTE_WORDS = [({"half"}, {30}), ({"thirty"}, {30}), ({"quarter"}, {15, 45}),
                  ({"fifteen"}, {15}), ({"forty", "five"}, {45}), ({"clock"}, {0})]
 
@@ -243,6 +244,7 @@ def _backed(value: Any, said: str, heard: set[str]) -> bool:
     if isinstance(value, int) and not isinstance(value, bool):
         return _says_integer(value, said, heard)
     if isinstance(value, str) and (clock := _CLOCK.match(value)):
+        said = _DATE.sub(" ", said)  # "2029-12-31 at 10:00": not a time 20:29
         return _says_hour(int(clock.group(1)), said, heard) and \
             _says_minutes(int(clock.group(2)), said, heard)
     if _numeric(value):

@@ -350,6 +350,9 @@ def test_a_lookup_the_model_makes_gets_the_details_the_caller_gave(engine: Engin
     ("19:00", "I would like to book a table for two at seven.", True),  # "to": not minutes
     ("19:00", "Seven for twenty people.", True),
     ("10:00", "For Richard Hopper, 2029-12-31 at 10:00.", True),  # the date is no time
+    ("20:30", "A table for three people at 8 30 tonight, please.", True),  # Whisper's
+    ("20:00", "A table for three people at 8 30 tonight, please.", False),
+    ("20:45", "Eight forty five.", True),
     ("12:00", "Noon, by the window.", True),
     ("19:45", "A quarter to eight.", True),
     ("10:00", "Have passed 10.", True),

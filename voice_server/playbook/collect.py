@@ -72,7 +72,8 @@ _WORDS_OF_TALK = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
 _CLOCK = re.compile(r"^([01]?\d|2[0-3]):([0-5]\d)$")  # a time of day, H:MM or HH:MM
 _DATE = re.compile(r"\d{4}-\d{1,2}-\d{1,2}|\d{1,2}/\d{1,2}/\d{2,4}")
 _MINUTE_WORDS = [({"half"}, {30}), ({"thirty"}, {30}), ({"quarter"}, {15, 45}),
-                 ({"fifteen"}, {15}), ({"forty", "five"}, {45}), ({"clock"}, {0})]
+                 ({"fifteen"}, {15}), ({"forty"}, {40, 45}), ({"fifty"}, {50}),
+                 ({"clock"}, {0})]
 
 
 @dataclass(frozen=True)
@@ -363,7 +364,8 @@ def _says_minutes(minutes: int, said: str, heard: set[str]) -> bool:
     without minutes is on the hour (the 0.5B model noted 19:00 for "7.30 in the evening")."""
     said_minutes = {n % 100 for n in map(int, re.findall(r"\d+", said))
                     if 100 <= n <= 2400 and n % 100 < 60}
-    said_minutes |= {int(n) for n in re.findall(r"[:.](\d{2})\b", said) if int(n) < 60}
+    said_minutes |= {int(n) for n in re.findall(r"\b\d{1,2}[:. ](\d{2})\b", said)
+                     if int(n) < 60}  # "7.30", "8:30", Whisper's "8 30"
     for words, at in _MINUTE_WORDS:
         if words <= heard:
             said_minutes |= at

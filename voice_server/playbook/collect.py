@@ -238,10 +238,10 @@ def _numeric(value: Any) -> bool:
 
 
 def _backed(value: Any, said: str, heard: set[str]) -> bool:
-    """The caller's words back a noted value: a whole number is said, a text with digits
-    comes with a number, another text shares a word with them ("a beard trim" for "beard
-    trim"; "my hair cut" for "haircut"): a note that copies an example's "haircut" for "Yes,
-    that works." changes nothing."""
+    """The caller's words back a noted value: a whole number is said, a time's hour and
+    minutes are, another text with digits comes with a number, another text shares a word
+    with them ("a beard trim" for "beard trim"; "my hair cut" for "haircut"): a note that
+    copies an example's "haircut" for "Yes, that works." changes nothing."""
     if isinstance(value, int) and not isinstance(value, bool):
         return _says_integer(value, said, heard)
     if isinstance(value, str) and (clock := _CLOCK.match(value)):

@@ -293,10 +293,11 @@ class Turn:
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
         rec.llm_done = time.monotonic()
-        if guard.stopped == "loop":  # the repeat is neither spoken nor kept; the words
-            self._text = [guard.kept]  # before it are, even when no piece was cut yet
-            chunker.drop(guard.repeated)  # ("There are 7,987,987,987..." said nothing and
-            # closed no turn: no tts-complete)
+        if guard.stopped == "loop":
+            # the repeat is neither spoken nor kept; the words before it are, even when no
+            # piece was cut yet ("There are 7,987,987,987..." said nothing, no tts-complete)
+            self._text = [guard.kept]
+            chunker.drop(guard.repeated)
         if failure is None and (fallback := guard.fallback()) is not None:
             log.info("empty answer in session %s: saying the fallback",
                      session_tag(rec.session_id))

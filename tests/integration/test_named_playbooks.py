@@ -55,3 +55,51 @@ def test_serve_says_it_in_one_line_and_exits_2() -> None:
     assert "Traceback" not in proc.stderr, proc.stderr
     assert "voice-server: configuration error: default_playbook 'nosuch': no playbook " \
         "'nosuch' in " in proc.stderr, proc.stderr
+
+
+async def test_an_edited_playbook_leaves_no_old_responder_and_its_webhooks_work(
+        tmp_path: Path) -> None:
+    """Every edit used to leave the old version's responder (and its webhook HTTP session)
+    until shutdown. Now the versions share the server's session and only the current one is
+    kept; a turn that began before an edit still reaches its webhook with the old version."""
+    from aiohttp import web
+
+    calls: list[dict] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        calls.append(await request.json())
+        return web.json_response({"n": len(calls)})
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/hook"  # type: ignore
+
+    def write(version: int) -> None:
+        (tmp_path / "hook.yaml").write_text(
+            f"id: hook\ndescription: version {version}\ninitial_stage: a\n"
+            f"stages: {{a: {{tools: [ping]}}}}\n"
+            f"tools: {{ping: {{handler: {{http: {{url: '{url}'}}}}}}}}\n")
+
+    write(1)
+    settings = load_settings(port=0, preload_models=False, playbooks_dir=str(tmp_path))
+    try:
+        async with VoiceServer(settings) as server:
+            first = server._playbook_responder("hook")
+            for version in (2, 3, 4):
+                write(version)
+                await server.playbooks.reload()
+                latest = server._playbook_responder("hook")
+            assert latest is not first and latest.playbook.description == "version 4"
+            assert list(server._playbook_responders) == [("hook", server.playbooks.version)]
+            for responder in (first, latest):  # the old one, as a turn still holding it
+                outcome = await responder._tools.run("ping", "{}", call_id="c")
+                assert outcome.ok, outcome.error
+            webhooks = server._webhooks
+        assert webhooks is not None and webhooks.closed  # closed once, by the server
+        assert len(calls) == 2
+    finally:
+        await runner.cleanup()

@@ -227,3 +227,17 @@ def test_a_tool_s_sentence_says_times_as_people_do(hhmm: str, said: str) -> None
     from voice_server.playbook import spoken_time
 
     assert spoken_time(hhmm) == said
+
+
+async def test_a_runner_given_an_http_session_leaves_it_open() -> None:
+    """The server's webhook session is shared by every playbook version: a runner closing
+    its own would cut the others' calls."""
+    import aiohttp
+
+    from voice_server.playbook import ToolRunner, load_playbook_text
+
+    playbook = load_playbook_text("id: p\ninitial_stage: a\nstages: {a: {}}\n")
+    async with aiohttp.ClientSession() as shared:
+        async with ToolRunner(playbook, http=shared):
+            pass
+        assert not shared.closed

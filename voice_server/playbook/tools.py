@@ -150,17 +150,20 @@ def public_schema(schema: Any) -> Any:
 class ToolRunner:
     """Runs a playbook's tools. ``async with ToolRunner(pb) as runner: await runner.run(...)``.
 
-    ``executor`` runs synchronous Python handlers (default: the loop's executor); the HTTP session
-    is created on first use and closed on exit.
+    ``executor`` runs synchronous Python handlers (default: the loop's executor). ``http``: the
+    HTTP session of the webhooks, its owner's to close (the server shares one among every
+    playbook version); without it one is created on first use and closed on exit.
     """
 
-    def __init__(self, playbook: Playbook, *, executor: Executor | None = None) -> None:
+    def __init__(self, playbook: Playbook, *, executor: Executor | None = None,
+                 http: aiohttp.ClientSession | None = None) -> None:
         self.playbook = playbook
         self._executor = executor
         self._funcs: dict[str, Callable[..., Any]] = {}
         self._validators = {name: Draft202012Validator(tool.parameters)
                             for name, tool in playbook.tools.items()}
-        self._http: aiohttp.ClientSession | None = None
+        self._http = http
+        self._own_http = http is None
 
     async def __aenter__(self) -> ToolRunner:
         return self
@@ -169,7 +172,7 @@ class ToolRunner:
         await self.aclose()
 
     async def aclose(self) -> None:
-        if self._http is not None:
+        if self._http is not None and self._own_http:
             await self._http.close()
             self._http = None
 

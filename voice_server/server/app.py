@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 from aiohttp import web
 
 from .. import __version__
@@ -33,7 +34,7 @@ from ..pipeline.stt import WhisperSTT
 from ..pipeline.tts import PiperTTS
 from ..pipeline.turn import ChatResponder, HistoryWindow, Responder
 from ..pipeline.turn_model import SmartTurn, TurnModelError
-from ..playbook import PlaybookRegistry, PlaybookResponder
+from ..playbook import PlaybookRegistry, PlaybookResponder, ToolRunner
 from ..protocol import VisionAttachment
 from ..serving import Site
 from .auth import TokenSigner, turn_credentials
@@ -100,6 +101,7 @@ class VoiceServer:
         self.playbooks = (PlaybookRegistry(self.playbooks_folder)
                           if self.playbooks_folder.is_dir() else None)
         self._playbook_responders: dict[tuple[str, int], PlaybookResponder] = {}
+        self._webhooks: aiohttp.ClientSession | None = None  # every playbook version's
         self.warmer = PromptWarmer(self.router, lambda: bool(self.live or self._sockets))
         self.sidecars: dict[str, dict[str, str]] = {}
         self.phone: Any = None  # PhoneEndpoint when phone calls are on
@@ -225,6 +227,8 @@ class VoiceServer:
             await self.playbooks.aclose()
         for responder in self._playbook_responders.values():
             await responder.aclose()
+        if self._webhooks is not None:
+            await self._webhooks.close()
         await self.router.aclose()
         await asyncio.gather(self.stt.aclose(), self.tts.aclose(),
                              *([self.turn_model.aclose()] if self.turn_model else []))
@@ -362,12 +366,18 @@ class VoiceServer:
         responder = self._playbook_responders.get(key)
         if responder is None:
             s = self.settings
+            playbook = self.playbooks.get(playbook_id)
+            self._webhooks = self._webhooks or aiohttp.ClientSession()
             # No executor given: synchronous tool handlers run on the loop's default one, so a
             # slow handler never takes a compute-pool thread that STT or TTS is waiting for.
             responder = PlaybookResponder(
-                self.playbooks.get(playbook_id), self.router,
-                history=self.history_window, timeout_s=s.llm_timeout_s,
-                model=s.llm_model, temperature=s.llm_temperature, max_tokens=s.llm_max_tokens)
+                playbook, self.router, history=self.history_window, timeout_s=s.llm_timeout_s,
+                model=s.llm_model, temperature=s.llm_temperature, max_tokens=s.llm_max_tokens,
+                tools=ToolRunner(playbook, http=self._webhooks))
+            # older versions' responders hold nothing to close: a turn still using one keeps
+            # it, and the rest are forgotten (each playbook edit left one per playbook before)
+            for old in [k for k in self._playbook_responders if k[1] < key[1]]:
+                del self._playbook_responders[old]
             self._playbook_responders[key] = responder
             if s.warm_playbooks:
                 self.warmer.add(responder)

@@ -13,8 +13,7 @@ model, runs the conversation of such a stage. On each user turn:
    be made of the caller's words; a whole number must be in the caller's message itself (its
    digits or its English words: "Then half past eight" gives no party size of 4), a time its
    hour and minutes (digits or words, a 12- or 24-hour clock; no minutes said: on the hour),
-   a text with other digits (a date) a number
-   there (digits or an English number word), and
+   a text with other digits (a date) a number there (digits or an English number word), and
    another text a word of the message ("beard trim", not an example's "haircut"). A
    date the caller names by its day ("tomorrow", "on Monday", "the day after tomorrow") is
    worked out here from today's date, when the playbook gives it (``globals.today``): a small
@@ -350,9 +349,12 @@ def _says_hour(hour: int, said: str, heard: set[str]) -> bool:
     the 0.5B model noted 19:00, an example's time, for "half past 8 in the evening"."""
     twelve = hour % 12 or 12
     wanted = {twelve, twelve % 12 + 1} if "to" in heard else {twelve}
-    numbers = [int(n) for n in re.findall(r"\d+", said)]  # "630": Whisper's 6:30
-    named = {(n if n <= 24 else n // 100) % 12 or 12 for n in numbers
-             if n <= 24 or (100 <= n <= 2400 and n % 100 < 60)}
+    named: set[int] = set()
+    for n in map(int, re.findall(r"\d+", said)):
+        if n <= 24:
+            named.add(n % 12 or 12)
+        elif together := _run_together(n):  # "630": Whisper's 6:30
+            named.add(together[0] % 12 or 12)
     named |= {_ONES.index(w) % 12 or 12 for w in heard if w in _ONES}
     named |= {12 for w in ("noon", "midday", "midnight") if w in heard}
     return bool(wanted & named)
@@ -362,8 +364,8 @@ def _says_minutes(minutes: int, said: str, heard: set[str]) -> bool:
     """The minutes of a noted time agree with the caller's: minutes said ("7.30", "630",
     "half", "quarter", "thirty"; "ten past", "twenty") must include them, and a time said
     without minutes is on the hour (the 0.5B model noted 19:00 for "7.30 in the evening")."""
-    said_minutes = {n % 100 for n in map(int, re.findall(r"\d+", said))
-                    if 100 <= n <= 2400 and n % 100 < 60}
+    said_minutes = {hhmm[1] for n in map(int, re.findall(r"\d+", said))
+                    if (hhmm := _run_together(n))}
     said_minutes |= {int(n) for n in re.findall(r"\b\d{1,2}[:. ](\d{2})\b", said)
                      if int(n) < 60}  # "7.30", "8:30", Whisper's "8 30"
     for words, at in _MINUTE_WORDS:
@@ -378,6 +380,11 @@ def _says_minutes(minutes: int, said: str, heard: set[str]) -> bool:
         small |= {20 + n for n in small if n < 10} if "twenty" in heard else set()
         maybe |= small | {60 - n for n in small if n}
     return minutes in said_minutes | maybe
+
+
+def _run_together(n: int) -> tuple[int, int] | None:
+    """(hour, minutes) of a time said as one number, as Whisper writes it ("630", "1930")."""
+    return divmod(n, 100) if 100 <= n <= 2400 and n % 100 < 60 else None
 
 
 def _says_integer(n: int, said: str, heard: set[str]) -> bool:

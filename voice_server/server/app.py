@@ -225,9 +225,7 @@ class VoiceServer:
         await self.warmer.aclose()
         if self.playbooks is not None:
             await self.playbooks.aclose()
-        for responder in self._playbook_responders.values():
-            await responder.aclose()
-        if self._webhooks is not None:
+        if self._webhooks is not None:  # the playbooks' responders own nothing else
             await self._webhooks.close()
         await self.router.aclose()
         await asyncio.gather(self.stt.aclose(), self.tts.aclose(),

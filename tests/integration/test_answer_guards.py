@@ -78,3 +78,22 @@ async def test_a_long_conversation_never_fails_a_turn(local_server, connect, mak
     turn = check_turn(messages)
     assert turn["text"].strip()
     assert len(session.history) == 102
+
+
+async def test_markdown_and_emoji_are_shown_but_not_said(scripted_server, fake_llm, connect,
+                                                         make_speech):
+    """A model of the user's own writes for a screen. Piper read "**Paris** is the capital"
+    as "asterisk, asterisk, asterisk, asterisk is the capital" and "😊" as "smiling face with
+    smiling eyes": the client still gets the model's text, the voice says the words only."""
+    from voice_server.pipeline.audio import resample
+
+    answer = "**Paris** is the capital of France. 😊"
+    fake_llm.add(answer)
+    async with connect(scripted_server) as client:
+        await client.send(audio_message(make_speech("What is the capital of France?")))
+        turn = check_turn(await client.until("tts-complete", timeout=60))
+        session = await scripted_server.sessions.get(client.ready["id"])
+    assert turn["text"] == answer and session.history[-1]["content"] == answer
+    heard = (await scripted_server.stt.transcribe(resample(turn["pcm"], 22050, 16000))).lower()
+    assert "paris is the capital of france" in heard, heard
+    assert not {"asterisk", "smiling", "face"} & set(heard.replace(",", " ").split()), heard

@@ -38,6 +38,15 @@ def test_first_piece_may_end_at_a_clause():
     assert out[1:] == ["my friend, is simple, really.", "Next, a b."]
 
 
+@pytest.mark.parametrize("step", [1, 3, 1000])
+def test_a_list_number_stays_with_its_item(step):
+    """A markdown list's "1." opens its item rather than ending a sentence of its own (Piper
+    said "One." and paused); a number ending a sentence still ends it."""
+    text = "Three ideas:\n\n1. Visit the tower.\n2. See the Louvre.\nThere are 2. Go"
+    assert stream(text, step) == ["Three ideas:", "1. Visit the tower.", "2. See the Louvre.",
+                                  "There are 2.", "Go"]
+
+
 def test_unspeakable_pieces_are_dropped():
     """Punctuation-only fragments never reach TTS."""
     assert stream("... !!! ok.", 1000) == ["ok."]

@@ -100,6 +100,9 @@ class SentenceChunker:
             word = before.rsplit(None, 1)[-1].lower() if before.strip() else ""
             if match.group(1).startswith(".") and word.rstrip(".") in _ABBREV:
                 continue
+            if match.group(1) == "." and before[before.rfind("\n") + 1:].strip().isdigit():
+                continue  # a list's "2." opening its line belongs to its item
+
             return match.end()
         return None
 

@@ -42,6 +42,7 @@ from .answer_guard import AnswerGuard
 from .audio import trim_leading_silence, trim_trailing_silence
 from .chunker import SentenceChunker
 from .speech import SpeechOutput
+from .speech_text import speech_text
 from .tts import PiperTTS, TTSError
 
 __all__ = ["ChatResponder", "HistoryWindow", "Responder", "Turn", "TurnContext", "llm_messages"]
@@ -49,6 +50,7 @@ __all__ = ["ChatResponder", "HistoryWindow", "Responder", "Turn", "TurnContext",
 log = logging.getLogger(__name__)
 
 Emit = Callable[[Message], Awaitable[None]]
+Piece = tuple[str, str]  # a piece of the answer as written, and as said (speech_text)
 _PAUSE_MARKS = (".", "!", "?", "…", ",", ";", ":", "—", '"', "'", ")")
 _OPENAI_KEYS = {"role", "content", "name", "tool_calls", "tool_call_id"}
 
@@ -214,7 +216,7 @@ class Turn:
 
     async def _run(self) -> None:
         rec = self.record
-        sentences: asyncio.Queue[str | None] = asyncio.Queue()
+        sentences: asyncio.Queue[Piece | None] = asyncio.Queue()
         speaker = asyncio.create_task(self._speak(sentences),
                                       name=f"tts-{session_tag(rec.session_id)}")
         try:
@@ -244,7 +246,7 @@ class Turn:
             rec.playback_gaps_ms = list(self._output.gaps_ms)
             self._commit()
 
-    async def _stream_answer(self, sentences: asyncio.Queue[str | None]) -> None:
+    async def _stream_answer(self, sentences: asyncio.Queue[Piece | None]) -> None:
         rec = self.record
         chunker = self._new_chunker()
         guard = self._new_guard()
@@ -258,9 +260,14 @@ class Turn:
                 self._streamed = True
             held = delta
             for piece in chunker.feed(delta):
+                queue_piece(piece)
+
+        def queue_piece(piece: str) -> None:
+            said = speech_text(piece)
+            if any(ch.isalnum() for ch in said):  # a piece of emoji or marks alone is not said
                 if rec.first_chunk is None:
                     rec.first_chunk = time.monotonic()
-                sentences.put_nowait(piece)
+                sentences.put_nowait((piece, said))
 
         rec.llm_requested = time.monotonic()
         stream = self._responder.respond(self.ctx)
@@ -303,9 +310,7 @@ class Turn:
                      session_tag(rec.session_id))
             await take(fallback)
         if failure is None and (rest := chunker.flush()) is not None:
-            if rec.first_chunk is None:
-                rec.first_chunk = time.monotonic()
-            sentences.put_nowait(rest)
+            queue_piece(rest)
         sentences.put_nowait(None)
         await self._emit(LLMChunk(content=held or "", done=True))
         self._streamed = True
@@ -330,19 +335,20 @@ class Turn:
             self._answered = True
             await self._emit(LLMResult(text="".join(self._text)))
 
-    async def _speak(self, sentences: asyncio.Queue[str | None]) -> None:
+    async def _speak(self, sentences: asyncio.Queue[Piece | None]) -> None:
         try:
             await self._speak_all(sentences)
         finally:
             self._first_synthesized.set()  # never leave the LLM side waiting
 
-    async def _speak_all(self, sentences: asyncio.Queue[str | None]) -> None:
+    async def _speak_all(self, sentences: asyncio.Queue[Piece | None]) -> None:
         rec = self.record
-        while (text := await sentences.get()) is not None:
+        while (piece := await sentences.get()) is not None:
+            text, said = piece
             first = rec.tts_synth_start is None
             if first:
                 rec.tts_synth_start = time.monotonic()
-            pcm = await self._tts.synthesize(text, urgent=first)
+            pcm = await self._tts.synthesize(said, urgent=first)
             if first:
                 rec.tts_synth_done = time.monotonic()
                 self._first_synthesized.set()
@@ -350,7 +356,7 @@ class Turn:
                 continue
             if first:  # nothing plays before it: its leading silence is pure latency
                 pcm = trim_leading_silence(pcm, self._tts.sample_rate)
-            if not text.rstrip().endswith(_PAUSE_MARKS):  # cut mid-sentence (chunker.py)
+            if not said.endswith(_PAUSE_MARKS):  # cut mid-sentence (chunker.py)
                 pcm = trim_trailing_silence(pcm, self._tts.sample_rate)
             await self._output.play(text, pcm, self._tts.sample_rate)
             if self.record.first_audio is None:

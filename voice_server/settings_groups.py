@@ -299,7 +299,10 @@ class ModelSettings(BaseModel):
                                    "of an answer with no words in it")
     llm_failure_text: str = Field(DEFAULT_APOLOGY, min_length=1, description="said when the LLM "
                                   "fails or times out before its first word (after the error)")
-    max_history_messages: int = Field(40, ge=2, description="history messages sent to the LLM")
+    max_history_messages: int = Field(40, ge=2, description="history messages sent to the "
+                                      "LLM; once outgrown, the oldest are dropped until half "
+                                      "is used, so the prompt's cached start holds for the "
+                                      "next turns")
     max_history_chars: int = Field(16_000, ge=200, description="characters of history sent to "
                                    "the LLM, the newest kept (fits the local model's context)")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from voice_server.pipeline.answer_guard import DEFAULT_FALLBACK, AnswerGuard
 
 
@@ -87,6 +89,48 @@ def test_history_window_keeps_the_newest_within_its_budget():
     assert sent[0]["role"] != "tool"
     assert all("interrupted" not in m for m in sent)
     assert len(llm_messages(history, HistoryWindow(messages=6, chars=100_000))) == 6
+
+
+@pytest.mark.parametrize(("window", "chars_each"), [
+    ((40, 16_000), 60),  # short spoken turns: the message count binds
+    ((40, 4_000), 150),  # longer ones: the characters bind
+])
+def test_the_history_sent_keeps_its_start_for_turns_on_end(window, chars_each):
+    """Dropping the oldest turn each turn made every prompt differ from the one before from
+    its second message on: the embedded model read the whole history again for each answer
+    from the 21st turn (first token 5-11 s instead of 0.3 s). The start now moves half a
+    window at a time."""
+    from voice_server.pipeline.turn import HistoryWindow, llm_messages
+
+    budget = HistoryWindow(*window)
+    history: list[dict] = []
+    sent: list[list[dict]] = []
+    for i in range(100):
+        sent.append(llm_messages(history, budget))
+        history += [{"role": "user", "content": f"q{i} " + "x" * chars_each},
+                    {"role": "assistant", "content": f"a{i} " + "y" * chars_each}]
+    moved = [i for i in range(1, 100) if sent[i][:len(sent[i - 1])] != sent[i - 1]]
+    assert len(moved) >= 4
+    assert min(b - a for a, b in zip(moved, moved[1:], strict=False)) >= 5, moved  # held
+    for prompt in sent:
+        assert len(prompt) <= budget.messages
+        assert sum(len(m["content"]) for m in prompt) <= budget.chars
+        assert not prompt or prompt[0]["role"] == "user"
+    for i in moved:  # about half the window is still sent after a move
+        size = sum(len(m["content"]) for m in sent[i])
+        assert len(sent[i]) >= budget.messages // 2 - 2 or size >= budget.chars // 2 - 400
+
+
+def test_a_message_longer_than_the_window_is_left_out():
+    from voice_server.pipeline.turn import HistoryWindow, llm_messages
+
+    budget = HistoryWindow(messages=40, chars=3_000)
+    history = [{"role": "user", "content": "m0 " + "z" * 5_000},
+               {"role": "assistant", "content": "m1"}, {"role": "user", "content": "m2"},
+               {"role": "assistant", "content": "m3"}]
+    assert [m["content"] for m in llm_messages(history, budget)] == ["m2", "m3"]
+    history.append({"role": "user", "content": "m4 " + "z" * 5_000})
+    assert llm_messages(history, budget) == []
 
 
 def test_a_loop_s_start_that_no_piece_has_said_yet_is_dropped_and_the_rest_said():

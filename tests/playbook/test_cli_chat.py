@@ -54,6 +54,9 @@ async def test_chat_over_a_scripted_endpoint(fake: FakeOpenAI) -> None:
     assert lines[11].startswith("[tool-call-end] ")
     assert '"booked": true' in lines[11] and '"time": "19:00"' in lines[11]
     assert len(fake.requests) == 4  # the intent of "hello"; the confirmation is the tool's
+    # answers are asked as the server asks them (the endpoint's own sampling applied before)
+    answer = fake.requests[1]
+    assert (answer["temperature"], answer["max_tokens"]) == (0.0, 160)
 
 
 async def test_chat_refuses_an_invalid_file(tmp_path: Path) -> None:

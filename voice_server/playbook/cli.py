@@ -151,7 +151,10 @@ def _chat(args: argparse.Namespace) -> int:
             return await run_chat(playbook, router, _stdin_lines(), sys.stdout,
                                   window=HistoryWindow.from_settings(settings),
                                   timeout_s=settings.llm_timeout_s,
-                                  echo=not sys.stdin.isatty())  # piped lines are shown
+                                  echo=not sys.stdin.isatty(),  # piped lines are shown
+                                  model=settings.llm_model,  # the answers as serve asks them
+                                  temperature=settings.llm_temperature,
+                                  max_tokens=settings.llm_max_tokens)
         finally:
             await router.aclose()
 
@@ -187,14 +190,16 @@ def describe(message: Message) -> str:
 async def run_chat(playbook: Playbook, router: LLMRouter, lines: AsyncIterator[str],
                    out: TextIO, *, window: HistoryWindow = DEFAULT_WINDOW,
                    timeout_s: float | None = 30.0,
-                   clock: Callable[[], float] | None = None, echo: bool = False) -> int:
+                   clock: Callable[[], float] | None = None, echo: bool = False,
+                   **answers: Any) -> int:
     """The chat loop: one turn per input line (written as ``you> ...`` when ``echo``: lines
-    that came from a pipe); ``/quit`` or end of input stops it."""
+    that came from a pipe); ``/quit`` or end of input stops it. ``answers``: the responder's
+    ``model``, ``temperature`` and ``max_tokens``."""
     history: list[dict[str, Any]] = []
     state: dict[str, Any] = {}
     kw = {"clock": clock} if clock else {}
     async with PlaybookResponder(playbook, router, history=window, timeout_s=timeout_s,
-                                 **kw) as responder:
+                                 **kw, **answers) as responder:
         out.write(f"playbook {playbook.id}: stage {responder.stage(state)}. "
                   f"Type a message (/quit to stop).\n")
         if playbook.greeting:  # said first, as when a phone call connects

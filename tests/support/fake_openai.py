@@ -34,6 +34,10 @@ class Reply:
     error_message: str = "scripted failure"
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    # a streamed call's arguments in this many chunks; the name in the first only (OpenAI's
+    # documented stream), or in each of them as llama-cpp-python's server sends it
+    call_chunks: int = 1
+    name_in_each_chunk: bool = False
 
 
 class FakeOpenAI:
@@ -141,8 +145,16 @@ class FakeOpenAI:
             piece = word if i == 0 else " " + word
             await send([{"index": 0, "delta": {"content": piece}, "finish_reason": None}])
         for i, call in enumerate(calls):
-            await send([{"index": 0, "delta": {"tool_calls": [{"index": i, **call}]},
-                         "finish_reason": None}])
+            args, n = call["function"]["arguments"], max(1, reply.call_chunks)
+            size = -(-len(args) // n) or 1
+            for k, start in enumerate(range(0, max(1, len(args)), size)):
+                part: dict[str, Any] = {"index": i,
+                                        "function": {"arguments": args[start:start + size]}}
+                if k == 0:
+                    part.update(id=call["id"], type="function")
+                if k == 0 or reply.name_in_each_chunk:
+                    part["function"]["name"] = call["function"]["name"]
+                await send([{"index": 0, "delta": {"tool_calls": [part]}, "finish_reason": None}])
         await send([{"index": 0, "delta": {}, "finish_reason": finish}])
         if (body.get("stream_options") or {}).get("include_usage"):
             await send([], {"usage": usage})

@@ -116,7 +116,7 @@ class OpenAICompatProvider:
                             if tc.id:
                                 slot["id"] = tc.id
                             if tc.function and tc.function.name:
-                                slot["name"] += tc.function.name
+                                slot["name"] = _grown(slot["name"], tc.function.name)
                             if tc.function and tc.function.arguments:
                                 slot["args"] += tc.function.arguments
                         if delta and delta.content:
@@ -193,6 +193,13 @@ class OpenAICompatProvider:
     async def aclose(self) -> None:
         await self._client.close()
 
+
+
+def _grown(name: str, piece: str) -> str:
+    """A streamed call's name with the next ``piece``: OpenAI sends it once (or in parts to
+    join); llama-cpp-python's server sends the whole name again with every chunk, which
+    joined gave ``find_appointmentsfind_appointments...`` and an unknown tool."""
+    return piece if piece.startswith(name) else name + piece
 
 
 async def _chain(first: Any, rest: Any) -> AsyncIterator[Any]:

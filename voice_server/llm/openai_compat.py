@@ -6,8 +6,10 @@ Errors of the ``openai`` client are mapped to ``voice_server.llm.errors`` at thi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 from collections.abc import AsyncIterator
-from dataclasses import InitVar, dataclass
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 import openai
@@ -17,6 +19,8 @@ from .errors import LLMError
 from .types import ChatRequest, ChatResult, StreamEvent, ToolCall, Usage
 
 __all__ = ["OpenAICompatProvider", "map_openai_error"]
+
+log = logging.getLogger(__name__)
 
 
 def _retry_after(exc: openai.APIStatusError) -> float | None:
@@ -66,6 +70,9 @@ class OpenAICompatProvider:
     embedding_model: str | None = None
     stream_usage: bool = True
     first_token_timeout_s: float | None = None
+    # the endpoint refused a json_schema response_format: structured output is asked as a
+    # forced call of a tool whose parameters are the schema (``_complete_as_call``)
+    schema_refused: bool = field(default=False, init=False)
 
     def __post_init__(self, base_url: str, api_key: str | None, timeout_s: float | None) -> None:
         self._client = openai.AsyncOpenAI(
@@ -145,13 +152,25 @@ class OpenAICompatProvider:
                     raise
         except TimeoutError:
             raise errors.LLMTimeout(
-                f"the LLM endpoint sent nothing for {self.first_token_timeout_s:g} s",
+                f"the LLM endpoint sent nothing for {self.first_token_timeout_s:g} s "
+                "(llm_first_token_timeout_s; a slow endpoint's first prompt may need more)",
                 provider=self.name) from None
         return stream, first
 
     async def complete(self, request: ChatRequest) -> ChatResult:
+        structured = _schema_of(request.response_format)
+        if structured and self.schema_refused:
+            return await self._complete_as_call(request, *structured)
         try:
             resp = await self._client.chat.completions.create(**self._params(request))
+        except openai.APIStatusError as exc:
+            if structured and _refuses_schema(exc):
+                self.schema_refused = True
+                log.warning("LLM endpoint %s refused structured output (response_format "
+                            "json_schema: HTTP %d %s); asking for it as a forced tool call from "
+                            "now on", self.name, exc.status_code, _said(exc))
+                return await self._complete_as_call(request, *structured)
+            raise map_openai_error(exc, self.name) from exc
         except openai.OpenAIError as exc:
             raise map_openai_error(exc, self.name) from exc
         if not resp.choices:
@@ -167,6 +186,25 @@ class OpenAICompatProvider:
         return ChatResult(text=choice.message.content or "", model=resp.model or
                           self._params(request)["model"], finish_reason=choice.finish_reason
                           or "stop", tool_calls=calls, usage=usage, id=resp.id or "")
+
+    async def _complete_as_call(self, request: ChatRequest, name: str,
+                                schema: dict[str, Any]) -> ChatResult:
+        """Structured output from an endpoint without ``json_schema`` (llama-cpp-python's
+        server answers HTTP 500): one tool whose parameters are the schema, its call forced;
+        the call's arguments are the answer's text. Without it a playbook's ``collect``
+        stages noted nothing through such an endpoint, and no booking was made. The schema
+        goes without its ``pattern``s: that server's grammar could not take a date's
+        (``failed to parse grammar``, and the server process died); the caller checks the
+        values against the full schema anyway (playbook/collect.py)."""
+        tool = {"type": "function", "function": {"name": name, "parameters": _unpatterned(schema)}}
+        result = await self.complete(dataclasses.replace(
+            request, response_format=None, tools=[tool],
+            tool_choice={"type": "function", "function": {"name": name}}))
+        call = next((c for c in result.tool_calls if c.name == name), None)
+        if call is None:
+            return result
+        return dataclasses.replace(result, text=call.arguments, tool_calls=[],
+                                   finish_reason="stop")
 
     async def embed(self, texts: list[str], *, model: str | None = None) -> list[list[float]]:
         try:
@@ -193,6 +231,45 @@ class OpenAICompatProvider:
     async def aclose(self) -> None:
         await self._client.close()
 
+
+
+def _schema_of(response_format: dict[str, Any] | None) -> tuple[str, dict[str, Any]] | None:
+    """The name and schema of a ``json_schema`` response format, else None."""
+    if not response_format or response_format.get("type") != "json_schema":
+        return None
+    spec = response_format.get("json_schema") or {}
+    return (spec.get("name") or "answer"), spec.get("schema") or {"type": "object"}
+
+
+def _unpatterned(schema: Any) -> Any:
+    """``schema`` without ``pattern`` keywords, at any depth (a property may be named so)."""
+    if isinstance(schema, list):
+        return [_unpatterned(v) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _unpatterned(v) for k, v in schema.items() if k not in ("pattern", "properties")}
+    if isinstance(schema.get("properties"), dict):
+        out["properties"] = {k: _unpatterned(v) for k, v in schema["properties"].items()}
+    return out
+
+
+def _said(exc: openai.APIStatusError) -> str:
+    """What the endpoint said in its error body, shortened (for the log, not the client)."""
+    body = exc.body  # the client gives the body's "error" object when it has one
+    if isinstance(body, dict):
+        inner = body.get("error")
+        body = body.get("message") or (inner.get("message") if isinstance(inner, dict)
+                                       else inner) or body.get("detail") or body
+    text = " ".join(str(body).split())
+    return f"'{text[:200]}...'" if len(text) > 200 else f"'{text}'"
+
+
+def _refuses_schema(exc: openai.APIStatusError) -> bool:
+    """An endpoint's refusal of ``response_format`` json_schema: an error that names it
+    (OpenAI and vLLM answer 400, llama-cpp-python's server 500 with its validation error)."""
+    text = f"{exc.message} {exc.body}".lower()
+    return exc.status_code in (400, 422, 500, 501) and (
+        "response_format" in text or "json_schema" in text)
 
 
 def _grown(name: str, piece: str) -> str:

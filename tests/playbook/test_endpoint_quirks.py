@@ -1,0 +1,75 @@
+"""OpenAI-compatible servers as they really answer (tool calls streamed their way, structured
+output refused), through the real ``openai`` client and ``OpenAICompatProvider``."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.fake_openai import FakeOpenAI, Reply
+from voice_server.llm import ChatRequest, LLMError, LLMRouter
+
+TIME = {"anyOf": [{"type": "string", "pattern": "^[0-9]{2}:[0-9]{2}$"}, {"type": "null"}]}
+NOTE = {"type": "json_schema", "json_schema": {"name": "note_facts", "schema": {
+    "type": "object", "properties": {"time": TIME, "pattern": {"type": "null"}},
+    "required": ["time", "pattern"], "additionalProperties": False}}}
+# llama-cpp-python's server on a json_schema response_format: HTTP 500 and its validation error
+REFUSAL = ("[{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': "
+           "\"Input should be 'text' or 'json_object'\"}]")
+
+
+@pytest.mark.parametrize("name_in_each_chunk", [False, True])
+async def test_a_call_streamed_in_chunks_has_its_name_once(fake: FakeOpenAI, router: LLMRouter,
+                                                           name_in_each_chunk: bool) -> None:
+    """OpenAI sends a call's name in its first chunk; llama-cpp-python's server sends it with
+    every chunk, and joining them gave 'find_appointmentsfind_appointments...' (a newcomer's
+    trial: 'error: unknown tool')."""
+    fake.add(Reply(tool_calls=[{"name": "find_appointments", "arguments": {"name": "Tom Becker"}},
+                               {"name": "book", "arguments": {"day": "monday"}}],
+                   call_chunks=4, name_in_each_chunk=name_in_each_chunk))
+    events = [e async for e in router.stream(ChatRequest(
+        messages=[{"role": "user", "content": "hi"}],
+        tools=[{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+               for n in ("find_appointments", "book")]))]
+    calls = events[-1].tool_calls
+    assert [(c.name, c.arguments) for c in calls] == [
+        ("find_appointments", '{"name": "Tom Becker"}'), ("book", '{"day": "monday"}')]
+
+
+async def test_structured_output_refused_is_asked_as_a_forced_call(fake: FakeOpenAI,
+                                                                   router: LLMRouter,
+                                                                   caplog) -> None:
+    """A playbook's facts are noted with a json_schema response_format; an endpoint without
+    it answered every note with an error, and no booking was ever made through it. The
+    refusal is logged once with what the endpoint said, and remembered."""
+    fake.add(Reply(status=500, error_message=REFUSAL),
+             Reply(tool_calls=[{"name": "note_facts", "arguments": {"time": "19:30"}}]),
+             Reply(tool_calls=[{"name": "note_facts", "arguments": {"time": None}}]))
+    request = ChatRequest(messages=[{"role": "user", "content": "Half past seven."}],
+                          temperature=0.0, response_format=NOTE)
+    caplog.set_level("WARNING")
+    first = await router.complete(request)
+    second = await router.complete(request)
+    assert (first.text, second.text) == ('{"time": "19:30"}', '{"time": null}')
+    assert first.finish_reason == "stop" and not first.tool_calls
+    asked = fake.requests
+    assert len(asked) == 3 and asked[0]["response_format"] == NOTE  # refused once only
+    for body in asked[1:]:
+        assert "response_format" not in body
+        assert body["tool_choice"] == {"type": "function", "function": {"name": "note_facts"}}
+        # without its patterns (that server's grammar failed on a date's, and it died)
+        assert body["tools"][0]["function"]["parameters"] == {
+            **NOTE["json_schema"]["schema"], "properties": {
+                "time": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                "pattern": {"type": "null"}}}
+    logged = [r.getMessage() for r in caplog.records if "structured output" in r.getMessage()]
+    assert len(logged) == 1 and "Input should be" in logged[0]
+
+
+async def test_another_server_error_is_not_taken_for_a_refusal(fake: FakeOpenAI,
+                                                               router: LLMRouter) -> None:
+    fake.add(Reply(status=500, error_message="CUDA out of memory"), "{\"time\": null}")
+    request = ChatRequest(messages=[{"role": "user", "content": "Hi."}], response_format=NOTE)
+    with pytest.raises(LLMError, match="HTTP 500"):
+        await router.complete(request)
+    assert (await router.complete(request)).text == '{"time": null}'
+    assert fake.requests[1]["response_format"] == NOTE

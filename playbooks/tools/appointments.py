@@ -65,8 +65,7 @@ def list_free_slots(date: str, *, ctx) -> dict:
     day = _check_day(date)
     with closing(_connect(ctx)) as conn:
         free = _free(conn, day)
-    when = Date.fromisoformat(day)
-    on = f"{when:%A} {when.day} {when:%B}"
+    on = _when(day, None)
     # said as it is (answer_from): the 1.5B model, given the list, said "16 free slots on
     # Friday" of Monday's 15
     tell = (f"{on} is fully booked. Which other day would suit you?" if not free else
@@ -105,8 +104,8 @@ def book_appointment(date: str, time: str, name: str, reason: str = "", *, ctx) 
                     "tell_caller": f"Sorry, {when:%A} at {spoken_time(time)} is taken. {offer}"}
     return {"booked": True, "appointment_id": cur.lastrowid, "date": day, "time": time,
             "name": name.strip(),
-            "tell_caller": f"You're booked for {when:%A} {when.day} {when:%B} at "
-                           f"{spoken_time(time)}, {name.strip()}. See you then!"}
+            "tell_caller": f"You're booked for {_when(day, time)}, {name.strip()}. "
+                           "See you then!"}
 
 
 def _or(times: list[str]) -> str:
@@ -123,8 +122,42 @@ def find_appointments(name: str, *, ctx) -> dict:
         {"appointment_id": r[0], "date": r[1], "time": r[2], "reason": r[3]} for r in rows]}
 
 
-def cancel_appointment(appointment_id: int, *, ctx) -> dict:
-    with closing(_connect(ctx)) as conn, conn:
-        cur = conn.execute("UPDATE appointments SET cancelled = 1 WHERE id = ? AND cancelled = 0",
-                           (appointment_id,))
-    return {"appointment_id": appointment_id, "cancelled": cur.rowcount == 1}
+def cancel_appointment(name: str, date: str | None = None, time: str | None = None, *,
+                       ctx) -> dict:
+    """Cancel the caller's appointment: the one on ``date`` (at ``time``) when they said which,
+    else none yet: their appointments are said and, when there is one, offered (offer_from),
+    so a plain yes cancels it. (A stage that forced the model to look the name up first made
+    one up, "John Doe", before the caller had said it.)"""
+    who = name.strip()
+    with closing(_connect(ctx)) as conn:
+        rows = conn.execute(
+            "SELECT id, day, time FROM appointments WHERE lower(name) = lower(?) "
+            "AND cancelled = 0 AND day >= ? ORDER BY day, time",
+            (who, Date.today().isoformat())).fetchall()
+        chosen = [r for r in rows if r[1] == date and time in (None, r[2])] if date else []
+        if len(chosen) == 1:
+            key, day, at = chosen[0]
+            with conn:
+                conn.execute("UPDATE appointments SET cancelled = 1 WHERE id = ?", (key,))
+            return {"cancelled": True, "appointment_id": key, "date": day, "time": at,
+                    "tell_caller": f"Done: your appointment on {_when(day, at)} is cancelled, "
+                                   f"{who}."}
+    if not rows:
+        return {"cancelled": False, "appointments": [], "tell_caller": "I find no upcoming "
+                f"appointment under {who}. Under which name was it booked?"}
+    listed = [_when(day, at) for _, day, at in rows[:3]]
+    found = (f"you have an appointment on {listed[0]}" if len(rows) == 1 else
+             f"you have appointments on {', '.join(listed[:-1])} and {listed[-1]}")
+    missed = f"I find none on {_when(date, time)}, but " if date else ""
+    ask = "Shall I cancel it?" if len(rows) == 1 else "Which one shall I cancel?"
+    tell = f"{missed}{who}, {found}. {ask}"
+    return {"cancelled": False,
+            "appointments": [{"date": day, "time": at} for _, day, at in rows],
+            "offer": {"date": rows[0][1], "time": rows[0][2]} if len(rows) == 1 else {},
+            "tell_caller": tell[0].upper() + tell[1:]}
+
+
+def _when(day: str, time: str | None) -> str:
+    """How a day (and time) is said: "Tuesday 1 December at 10 am"."""
+    when = Date.fromisoformat(day)
+    return f"{when:%A} {when.day} {when:%B}" + (f" at {spoken_time(time)}" if time else "")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+from datetime import date as Date
+from datetime import timedelta
 
 from voice_server.playbook import spoken_time
 
@@ -50,17 +52,33 @@ def check_availability(time: str, party_size: int) -> dict:
     return {"available": True, "time": time, "table_seats": seats}
 
 
-def book_table(name: str, time: str, party_size: int) -> dict:
+def book_table(name: str, time: str, party_size: int, date: str | None = None) -> dict:
+    """A table at ``time`` on ``date`` (YYYY-MM-DD; today when the caller named no day)."""
     free = check_availability(time, party_size)
     if not free["available"]:
         return {"booked": False, "reason": free["reason"], **_instead(time, free)}
-    booking = hashlib.sha1(f"{name}|{time}|{party_size}".encode()).hexdigest()[:6].upper()
-    return {"booked": True, "booking_id": f"L-{booking}", "name": name, "time": time,
-            "party_size": party_size,
+    day = Date.fromisoformat(date) if date else Date.today()
+    if day < Date.today():
+        return {"booked": False, "reason": "that day is past",
+                "tell_caller": "Sorry, that day has passed. Which day would you like?"}
+    booking = hashlib.sha1(f"{name}|{day}|{time}|{party_size}".encode()).hexdigest()[:6].upper()
+    # the day is said when the caller named one: "tomorrow", "on Friday 4 December"
+    when = "" if not date else f" {_day_said(day)}"
+    return {"booked": True, "booking_id": f"L-{booking}", "name": name, "date": day.isoformat(),
+            "time": time, "party_size": party_size,
             # the answer, said as it is (answer_from): the model confirmed in the caller's
             # voice at times ("I'll be there at 21:00")
-            "tell_caller": f"Your table for {party_size} at {spoken_time(time)} is booked under "
-                           f"{name}. See you then!"}
+            "tell_caller": f"Your table for {party_size}{when} at {spoken_time(time)} is booked "
+                           f"under {name}. See you then!"}
+
+
+def _day_said(day: Date) -> str:
+    today = Date.today()
+    if day == today:
+        return "today"
+    if day == today + timedelta(days=1):
+        return "tomorrow"
+    return f"on {day:%A} {day.day} {day:%B}"
 
 
 def _instead(time: str, free: dict) -> dict:

@@ -40,3 +40,25 @@ def test_booking_a_closed_or_full_time_says_so_and_offers_the_time_to_try() -> N
     booked = restaurant.book_table("Anna Smith", "21:00", 4)
     assert booked["booked"] is True and booked["tell_caller"].startswith(
         "Your table for 4 at 9 pm is booked under Anna Smith.")
+
+
+def test_a_day_the_caller_names_is_booked_and_said() -> None:
+    """book_table had no day: "Tomorrow at half past seven" was booked without one and
+    confirmed as if for tonight (a newcomer's trial). No day named: today, said as before."""
+    from datetime import date, timedelta
+
+    today = date.today()
+    tomorrow = restaurant.book_table("Maria Lopez", "19:30", 4, (today + timedelta(1)).isoformat())
+    assert tomorrow["booked"] is True and tomorrow["date"] == (today + timedelta(1)).isoformat()
+    assert tomorrow["tell_caller"] == (
+        "Your table for 4 tomorrow at 7:30 pm is booked under Maria Lopez. See you then!")
+    later = today + timedelta(days=9)
+    assert restaurant.book_table("Maria Lopez", "19:30", 4, later.isoformat())["tell_caller"] \
+        .startswith(f"Your table for 4 on {later:%A} {later.day} {later:%B} at 7:30 pm")
+    unnamed = restaurant.book_table("Maria Lopez", "19:30", 4)
+    assert unnamed["date"] == today.isoformat() and unnamed["tell_caller"].startswith(
+        "Your table for 4 at 7:30 pm")
+    past = restaurant.book_table("Maria Lopez", "19:30", 4, (today - timedelta(1)).isoformat())
+    assert past["booked"] is False and "passed" in past["tell_caller"]
+    # the same table and time on two days are two bookings
+    assert tomorrow["booking_id"] != unnamed["booking_id"]

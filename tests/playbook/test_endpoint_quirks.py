@@ -73,3 +73,17 @@ async def test_another_server_error_is_not_taken_for_a_refusal(fake: FakeOpenAI,
         await router.complete(request)
     assert (await router.complete(request)).text == '{"time": null}'
     assert fake.requests[1]["response_format"] == NOTE
+
+
+async def test_a_stream_that_breaks_off_is_an_error_not_an_answer(fake: FakeOpenAI,
+                                                                 router: LLMRouter) -> None:
+    """A server that fails after its stream began (llama-cpp-python's with automatic tool
+    choice) ended the stream early; the words so far were taken for the whole answer and
+    the turn closed with no error."""
+    fake.add(Reply(text="functions.playbook_transition:", cut_off=True))
+    seen: list[str] = []
+    with pytest.raises(LLMError, match="ended before its answer did"):
+        async for event in router.stream(ChatRequest(messages=[{"role": "user",
+                                                                "content": "hi"}])):
+            seen.append(event.text)
+    assert "".join(seen) == "functions.playbook_transition:"  # what came is still given

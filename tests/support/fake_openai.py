@@ -38,6 +38,7 @@ class Reply:
     # documented stream), or in each of them as llama-cpp-python's server sends it
     call_chunks: int = 1
     name_in_each_chunk: bool = False
+    cut_off: bool = False  # the stream ends after the text: no finish_reason, no [DONE]
 
 
 class FakeOpenAI:
@@ -144,6 +145,9 @@ class FakeOpenAI:
                 await asyncio.sleep(reply.chunk_delay_s)
             piece = word if i == 0 else " " + word
             await send([{"index": 0, "delta": {"content": piece}, "finish_reason": None}])
+        if reply.cut_off:
+            await resp.write_eof()
+            return resp
         for i, call in enumerate(calls):
             args, n = call["function"]["arguments"], max(1, reply.call_chunks)
             size = -(-len(args) // n) or 1

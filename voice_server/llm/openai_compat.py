@@ -130,6 +130,9 @@ class OpenAICompatProvider:
                             yield StreamEvent(text=delta.content)
         except openai.OpenAIError as exc:
             raise map_openai_error(exc, self.name) from exc
+        if finish is None:  # every answer ends with one (OpenAI's stream): this one broke off
+            raise errors.LLMUnavailable("the LLM endpoint's stream ended before its answer "
+                                        "did (no finish_reason)", provider=self.name)
         tool_calls = tuple(
             ToolCall(id=c["id"] or f"call_{i}", name=c["name"], arguments=c["args"] or "{}")
             for i, c in sorted(calls.items())

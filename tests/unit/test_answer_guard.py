@@ -98,7 +98,7 @@ def test_history_window_keeps_the_newest_within_its_budget():
 def test_the_history_sent_keeps_its_start_for_turns_on_end(window, chars_each):
     """Dropping the oldest turn each turn made every prompt differ from the one before from
     its second message on: the embedded model read the whole history again for each answer
-    from the 21st turn (first token 5-11 s instead of 0.3 s). The start now moves half a
+    from the 22nd turn (first token 5.5 s instead of 0.3 s). The start now moves half a
     window at a time."""
     from voice_server.pipeline.turn import HistoryWindow, llm_messages
 

@@ -90,10 +90,10 @@ class HistoryWindow:
     Once the history outgrows it, its oldest messages are dropped until half of it is used
     (``first_sent``), not one turn's worth each turn. A model reads again everything after
     the first message that changed: dropping the oldest turn every turn changed the second
-    message of every prompt, and from the 21st turn on the embedded model read the whole
-    history again for each answer (first token 5-11 s instead of 0.3 s, 1.5B model, 2 cores;
-    a remote endpoint's prompt cache misses the same way). Now the prompt's start stays put
-    for about a quarter of ``messages`` turns between drops."""
+    message of every prompt, and from the 22nd turn on the embedded model read the whole
+    history again for each answer (first token 5.5 s instead of 0.3 s, 1.5B model, 2 cores,
+    bench/long_conversation.py; a remote endpoint's prompt cache misses the same way). Now
+    the prompt's start stays put for about a quarter of ``messages`` turns between drops."""
 
     messages: int = 40
     chars: int = 16_000

@@ -87,3 +87,49 @@ async def test_a_stream_that_breaks_off_is_an_error_not_an_answer(fake: FakeOpen
                                                                 "content": "hi"}])):
             seen.append(event.text)
     assert "".join(seen) == "functions.playbook_transition:"  # what came is still given
+
+
+async def test_an_endpoint_that_cannot_answer_is_said_at_start(fake: FakeOpenAI, caplog) -> None:
+    """A newcomer's server started against an endpoint that was down, or with a model name it
+    did not have, without a word; each turn then failed. Only the models are asked for."""
+    import socket
+
+    from voice_server.llm.openai_compat import OpenAICompatProvider
+    from voice_server.llm.types import ReachedRemotely
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    up = OpenAICompatProvider(base_url=fake.base_url, default_model="fake-model")
+    down = OpenAICompatProvider(base_url=closed, default_model="fake-model")
+    try:
+        assert isinstance(up, ReachedRemotely)
+        assert await up.problem("fake-model") is None
+        assert await up.problem(None) is None  # no model named: the endpoint's own
+        assert await up.problem("llama3.2") == \
+            "the LLM endpoint has no model 'llama3.2' (it lists fake-model)"
+        assert await down.problem("fake-model") == "the LLM endpoint cannot be reached"
+        fake.models_delay_s = 1.5
+        assert await up.problem("fake-model", timeout_s=0.3) == \
+            "the LLM endpoint sent no list of models in 0.3 s"
+    finally:
+        fake.models_delay_s = 0
+        await up.aclose()
+        await down.aclose()
+    async with FakeOpenAI(model="llama3.2:latest") as ollama:  # Ollama's name for llama3.2
+        named = OpenAICompatProvider(base_url=ollama.base_url, default_model="llama3.2")
+        assert await named.problem("llama3.2") is None
+        await named.aclose()
+
+    from voice_server.config import load_settings
+    from voice_server.server.app import VoiceServer
+
+    server = VoiceServer(load_settings(port=0, llm_provider="openai_compat", llm_base_url=closed,
+                                       llm_model="llama3.2"))
+    caplog.set_level("WARNING")
+    try:
+        await server._warm_llm()  # what load_models runs for the LLM before the port opens
+    finally:
+        await server.router.aclose()
+        server.pool.close()
+    assert f"{closed}: the LLM endpoint cannot be reached; turns fail" in caplog.text

@@ -224,6 +224,23 @@ class OpenAICompatProvider:
             raise map_openai_error(exc, self.name) from exc
         return [m.id async for m in page]
 
+    async def problem(self, model: str | None, timeout_s: float = 3.0) -> str | None:
+        """What keeps this endpoint from answering ``model``'s turns, said at start, or None:
+        it cannot be reached, or does not list the model (Ollama's "llama3.2" is its
+        "llama3.2:latest"). Asks for its models only, no answer."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                models = await self.list_models()
+        except TimeoutError:
+            return f"the LLM endpoint sent no list of models in {timeout_s:g} s"
+        except LLMError as exc:
+            return str(exc)
+        if model and models and not any(m == model or m.startswith(f"{model}:")
+                                         for m in models):
+            listed = ", ".join(models[:8]) + (", ..." if len(models) > 8 else "")
+            return f"the LLM endpoint has no model {model!r} (it lists {listed})"
+        return None
+
     async def health(self) -> dict[str, Any]:
         try:
             models = await self.list_models()

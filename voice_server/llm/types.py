@@ -113,6 +113,15 @@ class LoadsModel(Protocol):
 
 
 @runtime_checkable
+class ReachedRemotely(Protocol):
+    """A provider at the other end of a network (an OpenAI-compatible endpoint): ``problem``
+    says what keeps it from answering ``model``'s turns (unreachable, no such model), or
+    None, without asking it for an answer."""
+
+    async def problem(self, model: str | None, timeout_s: float = 3.0) -> str | None: ...
+
+
+@runtime_checkable
 class WarmsPrompts(Protocol):
     """A provider that can compute a prompt before a request needs it (the embedded one, while
     it has nothing else to do): ``warm`` returns when the prompt's cache is kept. A remote

@@ -26,7 +26,7 @@ from ..compute import ComputePool
 from ..config import ConfigError, Settings
 from ..llm import ChatRequest, LLMError
 from ..llm.registry import build_router
-from ..llm.types import LoadsModel
+from ..llm.types import LoadsModel, ReachedRemotely
 from ..metrics import Metrics, TurnRecord, session_tag
 from ..pipeline.answer_guard import AnswerGuard
 from ..pipeline.chunker import SentenceChunker
@@ -263,8 +263,13 @@ class VoiceServer:
     async def _warm_llm(self) -> None:
         """Load an in-process model and run one token with the system prompt: the model's
         cache then holds that prompt, which every turn starts with (the first answer is ~150 ms
-        sooner). A remote endpoint is not called at start."""
+        sooner). A remote endpoint is asked for its models only: one that cannot be reached
+        or lacks the model is said now, not by each turn failing."""
         provider = self.router.default_provider
+        if isinstance(provider, ReachedRemotely):
+            if problem := await provider.problem(self.settings.llm_model):
+                log.warning("%s: %s; turns fail until it answers (--llm-base-url, "
+                            "--llm-model)", self.settings.llm_base_url, problem)
         if isinstance(provider, LoadsModel):
             await provider.load()
             warm = ChatRequest(messages=[{"role": "system", "content": self.settings.system_prompt},

@@ -59,6 +59,25 @@ async def test_chat_over_a_scripted_endpoint(fake: FakeOpenAI) -> None:
     assert (answer["temperature"], answer["max_tokens"]) == (0.0, 160)
 
 
+async def test_a_failed_turn_is_shown_and_the_chat_exits_1(fake: FakeOpenAI) -> None:
+    """The chat goes on after an LLM error, and its exit status says one happened (it was 0,
+    so a script piping lines in could not tell)."""
+    none = Reply(tool_calls=[{"name": "classify_intent", "arguments": {"intent": "none"}}])
+    fake.add(none, Reply(status=503, error_message="overloaded"), none, "We open at noon.")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VOICE_SERVER_")}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "voice_server.cli", "playbook", "chat",
+        str(PLAYBOOKS / "restaurant.yaml"), "--llm-provider", "openai_compat",
+        "--llm-base-url", fake.base_url, "--llm-model", "fake-model",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, cwd=ROOT, env=env)
+    out, _ = await asyncio.wait_for(proc.communicate(b"hello\nwhen do you open?\n"), scaled(60))
+    lines = out.decode().splitlines()
+    assert proc.returncode == 1
+    assert "[error] the LLM endpoint answered HTTP 503" in lines
+    assert "agent> We open at noon." in lines  # the next turn was answered
+
+
 async def test_chat_refuses_an_invalid_file(tmp_path: Path) -> None:
     """An invalid playbook is reported with its location and exit code 1."""
     bad = tmp_path / "bad.yaml"

@@ -193,10 +193,12 @@ async def run_chat(playbook: Playbook, router: LLMRouter, lines: AsyncIterator[s
                    clock: Callable[[], float] | None = None, echo: bool = False,
                    **answers: Any) -> int:
     """The chat loop: one turn per input line (written as ``you> ...`` when ``echo``: lines
-    that came from a pipe); ``/quit`` or end of input stops it. ``answers``: the responder's
-    ``model``, ``temperature`` and ``max_tokens``."""
+    that came from a pipe); ``/quit`` or end of input stops it. Returns 1 when a turn's LLM
+    request failed, else 0. ``answers``: the responder's ``model``, ``temperature`` and
+    ``max_tokens``."""
     history: list[dict[str, Any]] = []
     state: dict[str, Any] = {}
+    failed = False  # a turn's LLM error: the chat goes on, and exits 1 (a script can tell)
     kw = {"clock": clock} if clock else {}
     async with PlaybookResponder(playbook, router, history=window, timeout_s=timeout_s,
                                  **kw, **answers) as responder:
@@ -235,6 +237,7 @@ async def run_chat(playbook: Playbook, router: LLMRouter, lines: AsyncIterator[s
                     out.flush()
             except LLMError as exc:
                 out.write(f"\n[error] {exc}\n")
+                failed = True
             if not at_line_start:
                 out.write("\n")
             answer = "".join(parts).strip()
@@ -242,5 +245,5 @@ async def run_chat(playbook: Playbook, router: LLMRouter, lines: AsyncIterator[s
                             *([{"role": "assistant", "content": answer}] if answer else [])])
             out.write(f"(stage: {state.get('stage')})\n")
             out.flush()
-    return 0
+    return 1 if failed else 0
 

@@ -15,7 +15,7 @@ from datetime import date as Date
 from datetime import datetime
 from pathlib import Path
 
-from voice_server.playbook import spoken_time
+from voice_server.playbook import spoken_date, spoken_time
 
 SLOTS = [f"{h:02d}:{m:02d}" for h in range(9, 17) for m in (0, 30)]
 SCHEMA = """
@@ -65,7 +65,7 @@ def list_free_slots(date: str, *, ctx) -> dict:
     day = _check_day(date)
     with closing(_connect(ctx)) as conn:
         free = _free(conn, day)
-    on = _when(day, None)
+    on = spoken_date(day)
     # said as it is (answer_from): the 1.5B model, given the list, said "16 free slots on
     # Friday" of Monday's 15
     tell = (f"{on} is fully booked. Which other day would suit you?" if not free else
@@ -159,5 +159,4 @@ def cancel_appointment(name: str, date: str | None = None, time: str | None = No
 
 def _when(day: str, time: str | None) -> str:
     """How a day (and time) is said: "Tuesday 1 December at 10 am"."""
-    when = Date.fromisoformat(day)
-    return f"{when:%A} {when.day} {when:%B}" + (f" at {spoken_time(time)}" if time else "")
+    return spoken_date(day) + (f" at {spoken_time(time)}" if time else "")

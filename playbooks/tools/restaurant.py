@@ -6,7 +6,7 @@ import hashlib
 from datetime import date as Date
 from datetime import timedelta
 
-from voice_server.playbook import spoken_time
+from voice_server.playbook import spoken_date, spoken_time
 
 HOURS = {"monday": None, "tuesday": ("12:00", "22:00"), "wednesday": ("12:00", "22:00"),
          "thursday": ("12:00", "22:00"), "friday": ("12:00", "23:00"),
@@ -78,7 +78,7 @@ def _day_said(day: Date) -> str:
         return "today"
     if day == today + timedelta(days=1):
         return "tomorrow"
-    return f"on {day:%A} {day.day} {day:%B}"
+    return f"on {spoken_date(day)}"
 
 
 def _instead(time: str, free: dict) -> dict:

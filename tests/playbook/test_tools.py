@@ -229,6 +229,15 @@ def test_a_tool_s_sentence_says_times_as_people_do(hhmm: str, said: str) -> None
     assert spoken_time(hhmm) == said
 
 
+def test_a_tool_s_sentence_says_days_as_people_do() -> None:
+    from datetime import date
+
+    from voice_server.playbook import spoken_date
+
+    assert spoken_date("2026-12-01") == "Tuesday 1 December"
+    assert spoken_date(date(2030, 3, 12)) == "Tuesday 12 March"
+
+
 async def test_a_runner_given_an_http_session_leaves_it_open() -> None:
     """The server's webhook session is shared by every playbook version: a runner closing
     its own would cut the others' calls."""

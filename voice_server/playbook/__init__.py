@@ -4,8 +4,8 @@
 - ``loader``: YAML -> checked ``Playbook``, errors located by file, line and column;
 - ``engine``: pure stage/transition logic (state in, decisions out);
 - ``lint``: graph warnings (unreachable stages, unused tools and intents);
-- ``tools``: argument validation and the Python / HTTP webhook runners; ``spoken_time`` for
-  the sentences tool handlers write;
+- ``tools``: argument validation and the Python / HTTP webhook runners; ``spoken_time`` and
+  ``spoken_date`` for the sentences tool handlers write;
 - ``responder``: ``PlaybookResponder``, the turn pipeline's responder for a playbook;
 - ``registry``: ``PlaybookRegistry``, a hot-reloaded folder of playbooks.
 """
@@ -17,7 +17,14 @@ from .loader import load_playbook, load_playbook_text
 from .registry import PlaybookNotFound, PlaybookRegistry, ReloadReport
 from .responder import PlaybookResponder
 from .schema import Playbook, playbook_json_schema
-from .tools import HandlerImportError, ToolContext, ToolOutcome, ToolRunner, spoken_time
+from .tools import (
+    HandlerImportError,
+    ToolContext,
+    ToolOutcome,
+    ToolRunner,
+    spoken_date,
+    spoken_time,
+)
 
 __all__ = [
     "TRANSITION_TOOL",
@@ -43,5 +50,6 @@ __all__ = [
     "load_playbook",
     "load_playbook_text",
     "playbook_json_schema",
+    "spoken_date",
     "spoken_time",
 ]

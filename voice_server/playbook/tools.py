@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +133,13 @@ def spoken_time(hhmm: str) -> str:
     hours, minutes = (int(part) for part in hhmm.split(":"))
     return f"{hours % 12 or 12}{f':{minutes:02d}' if minutes else ''} " \
         f"{'pm' if hours >= 12 else 'am'}"
+
+
+def spoken_date(day: str | date) -> str:
+    """A day as a caller should hear it in a tool's ``answer_from`` text: '2026-12-01' ->
+    'Tuesday 1 December'."""
+    when = date.fromisoformat(day) if isinstance(day, str) else day
+    return f"{when:%A} {when.day} {when:%B}"
 
 
 FROM_CALLER = "x-from-caller"  # a parameter keyword: the value must be one the caller said

@@ -15,12 +15,9 @@ from .conftest import PLAYBOOKS, scaled
 ROOT = Path(__file__).resolve().parents[2]
 
 
-async def test_chat_over_a_scripted_endpoint(fake: FakeOpenAI) -> None:
-    """Typed lines become turns; tool and stage events and the agent's words are printed."""
-    fake.add(Reply(tool_calls=[{"name": "classify_intent", "arguments": {"intent": "none"}}]),
-             "Welcome to Luigi's!",
-             '{"time": "19:00", "party_size": 2, "name": null}',
-             '{"time": null, "party_size": null, "name": "Ada Lovelace"}')
+async def _chat_restaurant(fake: FakeOpenAI, typed: bytes) -> tuple[int | None, bytes, bytes]:
+    """``voice-server playbook chat`` of the restaurant over ``fake``, ``typed`` piped in: its
+    exit status, stdout and stderr (no VOICE_SERVER_* setting of the tests' own)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("VOICE_SERVER_")}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "voice_server.cli", "playbook", "chat",
@@ -28,11 +25,19 @@ async def test_chat_over_a_scripted_endpoint(fake: FakeOpenAI) -> None:
         "--llm-base-url", fake.base_url, "--llm-model", "fake-model",
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, cwd=ROOT, env=env)
-    out, err = await asyncio.wait_for(
-        proc.communicate(b"hello\n\nI want to book a table for two at 19:00\n"
-                         b"Ada Lovelace\n/quit\nignored\n"),
-        scaled(60))
-    assert proc.returncode == 0, err.decode()
+    out, err = await asyncio.wait_for(proc.communicate(typed), scaled(60))
+    return proc.returncode, out, err
+
+
+async def test_chat_over_a_scripted_endpoint(fake: FakeOpenAI) -> None:
+    """Typed lines become turns; tool and stage events and the agent's words are printed."""
+    fake.add(Reply(tool_calls=[{"name": "classify_intent", "arguments": {"intent": "none"}}]),
+             "Welcome to Luigi's!",
+             '{"time": "19:00", "party_size": 2, "name": null}',
+             '{"time": null, "party_size": null, "name": "Ada Lovelace"}')
+    returncode, out, err = await _chat_restaurant(
+        fake, b"hello\n\nI want to book a table for two at 19:00\nAda Lovelace\n/quit\nignored\n")
+    assert returncode == 0, err.decode()
     lines = out.decode().splitlines()
     assert lines[0] == "playbook restaurant: stage greeting. Type a message (/quit to stop)."
     assert lines[1:] == [
@@ -64,16 +69,9 @@ async def test_a_failed_turn_is_shown_and_the_chat_exits_1(fake: FakeOpenAI) -> 
     so a script piping lines in could not tell)."""
     none = Reply(tool_calls=[{"name": "classify_intent", "arguments": {"intent": "none"}}])
     fake.add(none, Reply(status=503, error_message="overloaded"), none, "We open at noon.")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VOICE_SERVER_")}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "voice_server.cli", "playbook", "chat",
-        str(PLAYBOOKS / "restaurant.yaml"), "--llm-provider", "openai_compat",
-        "--llm-base-url", fake.base_url, "--llm-model", "fake-model",
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, cwd=ROOT, env=env)
-    out, _ = await asyncio.wait_for(proc.communicate(b"hello\nwhen do you open?\n"), scaled(60))
+    returncode, out, _ = await _chat_restaurant(fake, b"hello\nwhen do you open?\n")
     lines = out.decode().splitlines()
-    assert proc.returncode == 1
+    assert returncode == 1
     assert "[error] the LLM endpoint answered HTTP 503" in lines
     assert "agent> We open at noon." in lines  # the next turn was answered
 

@@ -102,7 +102,6 @@ class SentenceChunker:
                 continue
             if match.group(1) == "." and before[before.rfind("\n") + 1:].strip().isdigit():
                 continue  # a list's "2." opening its line belongs to its item
-
             return match.end()
         return None
 

@@ -198,7 +198,7 @@ def test_cli_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
         str(PLAYBOOKS / f"{name}.yaml") for name in ("appointments", "restaurant", "support")]
     (tmp_path / "bad.yaml").unlink()
     assert main(["playbook", "validate", str(tmp_path)]) == 1
-    assert capsys.readouterr().err == f"no playbook files (*.yaml) in {tmp_path}\n"
+    assert capsys.readouterr().err == f"no playbook files (*.yaml, *.yml) in {tmp_path}\n"
 
 
 def test_cli_schema(capsys: pytest.CaptureFixture[str]) -> None:
@@ -267,3 +267,19 @@ def test_lint_warns_of_a_collected_argument_nobody_asks_for() -> None:
         """)
     assert lint(load_playbook_text(text)) == [
         "stage 'booking' collects 'service' without an `ask` question (the model words it)"]
+
+
+def test_cli_validate_reads_a_folder_as_the_server_serves_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The server serves a folder's *.yml as well as its *.yaml; `validate FOLDER` checked
+    only the *.yaml, so a broken .yml passed and then was not served."""
+    (tmp_path / "good.yaml").write_text(GOOD)
+    broken = tmp_path / "other.yml"
+    broken.write_text(GOOD.replace("id: demo", "id: other").replace("initial_stage: start",
+                                                                      "initial_stage: nowhere"))
+    (tmp_path / "notes.txt").write_text("not a playbook")
+    assert main(["playbook", "validate", str(tmp_path)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out.startswith(f"{tmp_path / 'good.yaml'}: ok (id demo; ")
+    assert captured.err.startswith(f"{broken}: invalid (")
+    assert "nowhere" in captured.err

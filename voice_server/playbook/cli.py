@@ -28,6 +28,7 @@ from ..settings_groups import ModelSettings
 from .errors import Issue, PlaybookLoadError
 from .lint import lint
 from .loader import load_playbook
+from .registry import playbook_files
 from .responder import PlaybookResponder
 from .scenario import ScenarioError, ScriptedModel, run_scenario, scenario_files
 from .schema import Playbook, playbook_json_schema
@@ -40,7 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = group.add_subparsers(dest="playbook_command", required=True)
     validate = sub.add_parser("validate", help="check playbook files (exit 1 on any error)")
     validate.add_argument("files", nargs="+", metavar="FILE",
-                          help="a playbook file, or a folder of them (its *.yaml, as served)")
+                          help="a playbook file, or a folder of them (its *.yaml and *.yml, as "
+                               "served)")
     validate.add_argument("--no-import", action="store_true",
                           help="do not import the Python tool handlers")
     validate.add_argument("--strict", action="store_true",
@@ -66,9 +68,9 @@ def _validate(args: argparse.Namespace) -> int:
     failed = 0
     owners: dict[tuple[Path, str], str] = {}  # (folder, id) -> file: ids are unique in a folder
     files = [str(f) for given in args.files for f in (
-        sorted(Path(given).glob("*.yaml")) if Path(given).is_dir() else [given])]
+        playbook_files(Path(given)) if Path(given).is_dir() else [given])]
     if not files:
-        print(f"no playbook files (*.yaml) in {', '.join(args.files)}", file=sys.stderr)
+        print(f"no playbook files (*.yaml, *.yml) in {', '.join(args.files)}", file=sys.stderr)
         return 1
     for file in files:
         try:

@@ -21,9 +21,14 @@ from .errors import Issue, PlaybookError, PlaybookLoadError
 from .loader import load_playbook
 from .schema import Playbook
 
-__all__ = ["PlaybookNotFound", "PlaybookRegistry", "ReloadReport"]
+__all__ = ["PlaybookNotFound", "PlaybookRegistry", "ReloadReport", "playbook_files"]
 
 log = logging.getLogger(__name__)
+
+
+def playbook_files(folder: Path) -> list[Path]:
+    """The playbooks a folder serves: its ``*.yaml`` and ``*.yml`` files, sorted."""
+    return sorted(p for p in folder.glob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
 
 
 class PlaybookNotFound(PlaybookError, KeyError):
@@ -129,8 +134,7 @@ class PlaybookRegistry:
 
     def _scan(self) -> ReloadReport:
         report = ReloadReport()
-        files = sorted(p for p in self.folder.glob("*") if p.suffix in (".yaml", ".yml")
-                       and p.is_file()) if self.folder.is_dir() else []
+        files = playbook_files(self.folder) if self.folder.is_dir() else []
         for gone in set(self._stamps) - set(files):
             del self._stamps[gone]
             self.errors.pop(str(gone), None)

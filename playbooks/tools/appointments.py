@@ -1,20 +1,21 @@
 """Tools of ``appointments.yaml``: a calendar kept in SQLite.
 
-The database file is ``ctx.options["db_path"]``; a relative path is placed in the folder named
-by ``VOICE_SERVER_DATA_DIR`` (default ``~/.local/share/voice-server``, as the server's). Opening
+The database file is ``ctx.options["db_path"]``; a relative path is placed where the server
+keeps its files (``VOICE_SERVER_DATA_DIR``, else ``$XDG_DATA_HOME/voice-server``,
+else ``~/.local/share/voice-server``: ``voice_server.config.data_dir_from_env``). Opening
 hours are 09:00-17:00 in 30-minute slots. Each call opens its own connection (handlers run in
 worker threads).
 """
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from contextlib import closing
 from datetime import date as Date
 from datetime import datetime
 from pathlib import Path
 
+from voice_server.config import data_dir_from_env
 from voice_server.playbook import spoken_date, spoken_time
 
 SLOTS = [f"{h:02d}:{m:02d}" for h in range(9, 17) for m in (0, 30)]
@@ -31,8 +32,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS one_per_slot ON appointments(day, time) WHERE 
 def _connect(ctx) -> sqlite3.Connection:
     path = Path(ctx.options.get("db_path", "appointments.sqlite"))
     if not path.is_absolute():
-        base = os.environ.get("VOICE_SERVER_DATA_DIR") or "~/.local/share/voice-server"
-        path = Path(base).expanduser() / path
+        path = data_dir_from_env().expanduser() / path
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(path, timeout=5)
     conn.executescript(SCHEMA)

@@ -1,6 +1,6 @@
 """Audio helpers: WAV decoding with validation, resampling (PyAV), encoding for the wire.
 
-Internal format: 16 kHz mono int16 numpy arrays for VAD/STT (DESIGN.md, "Audio").
+Internal format: 16 kHz mono int16 numpy arrays for VAD/STT.
 """
 
 from __future__ import annotations

@@ -87,7 +87,7 @@ class ChunkMessageOutput:
 
 
 class HeldOutput:
-    """A speculative answer (started on a short pause, DESIGN.md "speculative end of turn"):
+    """A speculative answer (started on a short pause, docs/turn-taking.md):
     its messages and audio are held until ``commit()`` (the end of turn is confirmed), then
     released in order; ``discard()`` (the user spoke on) drops them unheard."""
 

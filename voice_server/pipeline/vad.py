@@ -3,7 +3,7 @@
 ``feed(pcm)`` returns events: ``start`` once speech is *confirmed* (``min_speech_ms`` of voiced
 frames without a long gap), ``end`` (with the utterance audio, pre-roll included) after
 ``end_silence_ms`` of trailing silence. Short noises below the minimum produce nothing, so they
-neither start an utterance nor barge in (DESIGN.md, "Barge-in").
+neither start an utterance nor barge in (docs/turn-taking.md).
 
 Two optional early signals serve latency without changing those decisions:
 

@@ -252,7 +252,7 @@ class Tool(_Model):
 
 
 class Playbook(_Model):
-    """A multi-stage tool-calling agent (DESIGN.md "playbook/")."""
+    """A multi-stage tool-calling agent (docs/playbooks.md)."""
 
     id: Name
     description: str = ""

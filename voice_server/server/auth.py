@@ -1,4 +1,4 @@
-"""Optional connection auth and TURN credentials (DESIGN.md "Scale").
+"""Optional connection auth and TURN credentials.
 
 Sans-I/O: pure functions over strings and a clock.
 

@@ -1,4 +1,4 @@
-"""Limits that keep one instance healthy under abuse (DESIGN.md "Limits").
+"""Limits that keep one instance healthy under abuse.
 
 Sans-I/O: counters and a token bucket over an injectable clock. The connection code asks them
 and answers ``error{RATE_LIMITED}`` (spec: "Error Codes") when they say no.

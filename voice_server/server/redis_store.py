@@ -1,4 +1,4 @@
-"""Sessions shared between instances through Redis (DESIGN.md "Sessions", "Scale").
+"""Sessions shared between instances through Redis (docs/deploy.md, "How the pieces fit").
 
 Layout (``prefix`` defaults to ``vs:``), every key with the session TTL, refreshed on each write:
 

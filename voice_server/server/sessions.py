@@ -1,7 +1,7 @@
 """Sessions outlive connections for a TTL, behind the ``SessionStore`` interface.
 
 A session id is an unguessable 128-bit random token; a reconnect with an unknown or expired id
-never adopts the client's id (spec: "Session Reconnection"; DESIGN.md "Sessions").
+never adopts the client's id (spec: "Session Reconnection").
 """
 
 from __future__ import annotations

@@ -32,6 +32,16 @@ async def fake_llm() -> AsyncIterator[FakeOpenAI]:
         yield fake
 
 
+@pytest.fixture(autouse=True)
+def _fresh_script(request: pytest.FixtureRequest) -> None:
+    """A test that uses the scripted LLM starts with an empty script: a reply an earlier test
+    queued and never asked for (its turn took another path, or failed) answered the next
+    test's first request (a booking's second note came first, and nothing was booked)."""
+    if "fake_llm" in request.fixturenames:
+        fake: FakeOpenAI = request.getfixturevalue("fake_llm")
+        fake.script.clear()
+
+
 @pytest_asyncio.fixture(scope="session")
 async def scripted_server(fake_llm: FakeOpenAI) -> AsyncIterator[VoiceServer]:
     """Real STT and TTS; the LLM is a scripted OpenAI-compatible server (deterministic)."""

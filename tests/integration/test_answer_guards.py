@@ -5,6 +5,8 @@ never outgrows the model's context."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.integration.test_ws_turn import audio_message, check_turn
@@ -95,5 +97,7 @@ async def test_markdown_and_emoji_are_shown_but_not_said(scripted_server, fake_l
         session = await scripted_server.sessions.get(client.ready["id"])
     assert turn["text"] == answer and session.history[-1]["content"] == answer
     heard = (await scripted_server.stt.transcribe(resample(turn["pcm"], 22050, 16000))).lower()
-    assert "paris is the capital of france" in heard, heard
+    # one word before "is" (Whisper tiny.en heard Piper's "Paris" as "Harris" once on an
+    # Intel Xeon), not four asterisks
+    assert re.search(r"^\W*\w+ is the capital of france", heard), heard
     assert not {"asterisk", "smiling", "face"} & set(heard.replace(",", " ").split()), heard

@@ -97,7 +97,8 @@ async def test_markdown_and_emoji_are_shown_but_not_said(scripted_server, fake_l
         session = await scripted_server.sessions.get(client.ready["id"])
     assert turn["text"] == answer and session.history[-1]["content"] == answer
     heard = (await scripted_server.stt.transcribe(resample(turn["pcm"], 22050, 16000))).lower()
-    # one word before "is" (Whisper tiny.en heard Piper's "Paris" as "Harris" once on an
-    # Intel Xeon), not four asterisks
-    assert re.search(r"^\W*\w+ is the capital of france", heard), heard
+    # at most two words before it (tiny.en heard Piper's "Paris is" as "Harris is" and as
+    # "parishes" on an Intel Xeon), not four asterisks
+    before, capital, _ = heard.partition("the capital of france")
+    assert capital and len(re.findall(r"\w+", before)) <= 2, heard
     assert not {"asterisk", "smiling", "face"} & set(heard.replace(",", " ").split()), heard

@@ -11,7 +11,7 @@ import pytest
 
 from voice_server.llm import LLMRouter
 from voice_server.llm.local import LocalLlamaProvider
-from voice_server.playbook import PlaybookResponder, load_playbook
+from voice_server.playbook import PlaybookResponder, load_playbook, load_playbook_text
 
 from .conftest import PLAYBOOKS, scaled
 from .support import Conversation
@@ -51,13 +51,34 @@ async def test_the_warm_prompts_start_as_a_turn_s_do(fake, router) -> None:
         assert len(ahead) == 13 and all(r not in ahead[:i] for i, r in enumerate(ahead))
 
 
+# Three stages with a tool each: the embedded model's tests compute its few short prompts (the
+# bundled playbooks' 300-500-token stages cost the suite ~20 s more on the tiny model)
+SMALL = """\
+id: shop
+initial_stage: greet
+stages:
+  greet: {system_prompt: "Greet the caller of the shop. Be brief.", tools: [lookup]}
+  order: {system_prompt: "Take the order.", tools: [lookup]}
+  done: {system_prompt: Say goodbye.}
+transitions:
+  - {from: greet, to: order, when: {keyword: [order]}}
+  - {from: order, to: done, when: {tool_called: lookup}}
+tools:
+  lookup:
+    description: Look an order up
+    parameters: {type: object, properties: {order: {type: string}}}
+    handler: {python: "json:dumps"}
+"""
+
+
 @pytest.mark.slow
 async def test_the_embedded_model_computes_every_stage_ahead() -> None:
     provider = LocalLlamaProvider(n_threads=2)
     router = LLMRouter({"local": provider}, default="local")
     try:
-        async with PlaybookResponder(load_playbook(PLAYBOOKS / "restaurant.yaml"), router,
+        async with PlaybookResponder(load_playbook_text(SMALL), router,
                                      timeout_s=scaled(60)) as pb:
+            assert len(pb.warm_requests()) == 3
             assert all([await router.warm(r) for r in pb.warm_requests()])
             reply, _, _ = await Conversation(pb).turn("Hello, are you open tonight?")
             assert reply.strip()
@@ -83,7 +104,7 @@ async def test_a_live_call_stops_the_work_until_it_ends() -> None:
     live = True
     warmer = PromptWarmer(router, lambda: live)
     try:
-        async with PlaybookResponder(load_playbook(PLAYBOOKS / "support.yaml"), router) as pb:
+        async with PlaybookResponder(load_playbook_text(SMALL), router) as pb:
             await provider.load()
             warmer.add(pb)
             await asyncio.sleep(1.0)

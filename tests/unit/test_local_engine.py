@@ -385,7 +385,7 @@ def test_a_prompt_computed_ahead_comes_back_from_memory(engine) -> None:
 def test_a_question_never_waits_for_a_prompt_computed_ahead(engine) -> None:
     """A prompt-only request steps only when no answer can, and gives up its slot to a
     question that finds none free; it finishes afterwards and is saved all the same."""
-    ahead = _ahead(engine, [{"role": "system", "content": "You are a careful clerk. " * 150},
+    ahead = _ahead(engine, [{"role": "system", "content": "You are a careful clerk. " * 60},
                             {"role": "user", "content": "Hello."}])
     while not ahead.gen.slot:  # admitted: it holds one of the two slots
         assert not ahead.finished.wait(0.005)

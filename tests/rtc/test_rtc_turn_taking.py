@@ -39,6 +39,15 @@ def _silence(seconds: float) -> np.ndarray:
     return np.zeros(int(48_000 * seconds), dtype=np.int16)
 
 
+@pytest.fixture
+def short_replies(rtc_llm):
+    """The scripted LLM answers "Okay." while the script is empty (the request says what was
+    heard): its echo of a whole sentence took ~4 s of speech to play to the end."""
+    rtc_llm.default_text = "Okay."
+    yield rtc_llm
+    rtc_llm.default_text = None
+
+
 async def test_a_finished_question_ends_its_turn_quickly(url, rtc_llm, make_speech):
     """Voice and words agree the question is over: the turn ends after ~200 ms of silence and
     the transcript's check, not held for more; the server's figure and its reason reach the
@@ -85,10 +94,12 @@ async def test_a_short_answer_to_the_agents_question_ends_its_turn(url, rtc_llm,
 
 
 @pytest.mark.parametrize("pause_s", [0.5, 0.8, 1.2])
-async def test_a_pause_mid_sentence_does_not_end_the_turn(url, rtc_llm, make_speech, pause_s):
+async def test_a_pause_mid_sentence_does_not_end_the_turn(url, short_replies, make_speech,
+                                                          pause_s):
     """"I would like to book a table for, um ... two people at seven": one turn, one answer to
     both halves (a fixed 500 ms silence cut the first half off)."""
-    rtc_llm.script.clear()  # answers "You said: ..."
+    rtc_llm = short_replies
+    rtc_llm.script.clear()  # answers "Okay."
     asked_before = len(rtc_llm.requests)
     async with RtcClient(url) as client:
         await client.negotiate()
@@ -113,11 +124,12 @@ async def test_a_pause_mid_sentence_does_not_end_the_turn(url, rtc_llm, make_spe
             assert len(asked_for) == 1, asked_for
 
 
-async def test_a_pause_after_words_that_go_on_does_not_end_the_turn(url, rtc_llm, make_speech):
+async def test_a_pause_after_words_that_go_on_does_not_end_the_turn(url, short_replies,
+                                                                   make_speech):
     """"What is the largest planet in our solar ... system?": speech to text hears the first
     half as a finished question and the turn model hears a falling voice (0.97); only a
     language model knows "solar" goes on (end_of_turn.py, "unfinished sentence")."""
-    rtc_llm.script.clear()
+    short_replies.script.clear()
     async with RtcClient(url) as client:
         await client.negotiate()
         client.mic.enqueue(np.concatenate([

@@ -20,10 +20,11 @@ from voice_server.server.app import VoiceServer
 @pytest_asyncio.fixture(scope="session")
 async def local_server() -> AsyncIterator[VoiceServer]:
     """Real STT, TTS and the embedded local LLM (greedy decoding: the 135M model's answers
-    are deterministic then, so assertions on them are not flaky). An answer may take 90 s: the
-    long-conversation test's ~4,000-token history took the tiny model 25-31 s to read on a
-    2.1 GHz Intel Xeon, and the default 30 s failed that turn once."""
-    settings = load_settings(port=0, llm_max_tokens=60, llm_temperature=0.0, llm_timeout_s=90)
+    are deterministic then, so assertions on them are not flaky). History is sent up to 6,000
+    characters (16,000 by default): the long-conversation test's ~4,000-token history took the
+    tiny model 25-31 s to read on a 2.1 GHz Intel Xeon, and an answer may take 30 s."""
+    settings = load_settings(port=0, llm_max_tokens=60, llm_temperature=0.0,
+                             max_history_chars=6_000)
     async with VoiceServer(settings) as server:
         yield server
 

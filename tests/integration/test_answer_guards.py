@@ -67,7 +67,8 @@ async def test_a_loop_before_any_piece_is_cut_still_closes_a_spoken_turn(
 async def test_a_long_conversation_never_fails_a_turn(local_server, connect, make_speech):
     """50 turns of long messages (the last 40 messages alone are over 10,000 tokens, more than
     the local model's context of 8,192), then a spoken question on the embedded model: the
-    oldest turns are left out and the turn is answered."""
+    oldest turns are left out (this server sends 6,000 characters of history) and the turn is
+    answered."""
     async with connect(local_server) as client:
         session = await local_server.sessions.get(client.ready["id"])
         filler = "I like long walks by the river and I talk about them at length. " * 40

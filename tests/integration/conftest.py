@@ -22,7 +22,8 @@ async def local_server() -> AsyncIterator[VoiceServer]:
     """Real STT, TTS and the embedded local LLM (greedy decoding: the 135M model's answers
     are deterministic then, so assertions on them are not flaky). History is sent up to 6,000
     characters (16,000 by default): the long-conversation test's ~4,000-token history took the
-    tiny model 25-31 s to read on a 2.1 GHz Intel Xeon, and an answer may take 30 s."""
+    tiny model 25-31 s to read on a 2.1 GHz Intel Xeon, close to the 30 s an answer may take
+    (llm_timeout_s), and once over it."""
     settings = load_settings(port=0, llm_max_tokens=60, llm_temperature=0.0,
                              max_history_chars=6_000)
     async with VoiceServer(settings) as server:

@@ -152,8 +152,8 @@ def leaves_a_core() -> None:
     try:
         os.sched_setaffinity(hog.pid, [cpus[0]])
         time.sleep(0.3)
-        # an answer holds ~3 probes; the story may end sooner; on an Intel Xeon VM (steal
-        # time) three answers once stayed on two threads: up to six, as below
+        # an answer holds ~3 probes; the story may end sooner; on an Intel Xeon three answers
+        # once stayed on two threads: up to six, as below
         for attempt in range(6):
             Reader(engine, _ask(LONG + " " * attempt), max_tokens=4 * PROBE_EVERY).wait()
             if engine.thread_choice.narrow:

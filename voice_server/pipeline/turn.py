@@ -1,10 +1,10 @@
 """One conversational turn: responder (LLM) -> sentence chunker -> TTS -> speech output.
 
 LLM streaming and TTS run concurrently: complete sentences go through a queue to the TTS task
-while the LLM keeps streaming. ``Turn.cancel()`` is the
-single cancellation path used by barge-in and by a newer request: it flushes the output, cancels
-the LLM stream and TTS tasks, sends ``tts-cancelled`` when audio was cut, and leaves in
-``committed`` only what the listener actually heard (marked ``interrupted``).
+while the LLM keeps streaming. ``Turn.cancel()`` is the single cancellation path used by
+barge-in and by a newer request: it flushes the output, cancels the LLM stream and TTS tasks,
+sends ``tts-cancelled`` when audio was cut, and leaves in ``committed`` only what the listener
+actually heard (marked ``interrupted``).
 """
 
 from __future__ import annotations

@@ -134,7 +134,7 @@ class PlaybookRegistry:
 
     def _scan(self) -> ReloadReport:
         report = ReloadReport()
-        files = playbook_files(self.folder) if self.folder.is_dir() else []
+        files = playbook_files(self.folder)  # none when the folder is missing
         for gone in set(self._stamps) - set(files):
             del self._stamps[gone]
             self.errors.pop(str(gone), None)

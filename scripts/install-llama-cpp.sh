@@ -16,7 +16,9 @@
 # CPU variants, beside the x86-64-v3 baseline: llama.cpp's CPU kernels alone (libggml-cpu,
 # ~30 s to build each) compiled again, from the same source, for two AVX-512 levels of ggml's
 # own variant list: skylakex (AVX-512 F/CD/VL/DQ/BW: Skylake-SP, Cascade Lake) and icelake
-# (+ VBMI, VNNI: Ice Lake, Sapphire Rapids, Zen 4 and 5); nothing from AVX512-BF16/FP16 or AMX.
+# (+ VBMI, VNNI: Ice Lake, Sapphire Rapids, Zen 4 and 5); nothing from AVX512-BF16/FP16 or AMX
+# (ggml's sapphirerapids level died of SIGILL on a Xeon whose /proc/cpuinfo lists amx_tile and
+# amx_int8, and its BF16 kernels alone were no faster: docs/performance.md).
 # Each goes to VENV/share/voice_server/llama-cpu/NAME beside copies of the baseline's other
 # libraries. The server loads the best one whose instructions /proc/cpuinfo lists in the model's
 # worker, and the baseline if that worker fails (voice_server/llm/llama_cpu.py). A variant that

@@ -1,7 +1,7 @@
-"""The end-of-turn verdict on a speculative pause asks the turn model and the words' language
-model only once the held answer has begun (server/listening.py ``_judge_turn``): beside speech
-to text and the answer's prompt they took a core. Without an answer it judges anyway, after
-``JUDGE_AFTER_S``."""
+"""The end-of-turn verdict on a speculative pause (server/listening.py ``_judge_turn``) asks
+the turn model at once, beside speech to text, and the words' language model only once the held
+answer has begun: beside the answer's prompt it takes a core. Without an answer the words are
+judged anyway, after ``JUDGE_AFTER_S``."""
 
 from __future__ import annotations
 
@@ -69,22 +69,45 @@ def _listener(words: _Words, voice: _Voice) -> Listener:
                     busy=lambda: False)
 
 
-async def test_the_turn_is_judged_once_the_answer_has_begun():
+async def test_the_voice_is_judged_at_once_the_words_once_the_answer_has_begun():
     words, voice = _Words(), _Voice()
     held = HeldOutput(_Silent(), _nothing)
     hearing = asyncio.ensure_future(words.hear(np.zeros(1600, dtype=np.int16)))
+    paused = time.monotonic()
     verdict = asyncio.create_task(
         _listener(words, voice)._judge_turn(np.zeros(1600, dtype=np.int16), hearing,
                                             held.answering))
     await held.emit(Transcript(text="What is the capital of France?", isFinal=True))
     await asyncio.sleep(0.1)
-    assert words.asked_at is None and voice.asked_at is None  # the transcript is no answer
+    assert voice.asked_at is not None and voice.asked_at - paused < 0.05  # the audio: at once
+    assert words.asked_at is None  # the transcript is no answer
     assert not verdict.done()
     began = time.monotonic()
     await held.emit(LLMChunk(content="Paris", done=False))
     result = await asyncio.wait_for(verdict, 1)
-    assert result.complete and words.asked_at >= began and voice.asked_at >= began
+    assert result.complete and words.asked_at >= began
     assert words.said_before == _Conversation.LAST_SAID  # the words are judged as a reply
+
+
+async def test_a_pause_the_user_talks_on_from_stops_the_turn_model():
+    """The verdict's task is cancelled when speech resumes; the turn model's call with it."""
+    words = _Words()
+    calls: list[asyncio.Task] = []
+
+    class _Slow(_Voice):
+        async def complete(self, pcm: np.ndarray) -> float:
+            calls.append(asyncio.current_task())
+            await asyncio.sleep(10)
+            return 0.95
+
+    hearing = asyncio.ensure_future(words.hear(np.zeros(1600, dtype=np.int16)))
+    verdict = asyncio.create_task(_listener(words, _Slow())._judge_turn(
+        np.zeros(1600, dtype=np.int16), hearing, asyncio.Event()))
+    await asyncio.sleep(0.05)
+    verdict.cancel()
+    await asyncio.gather(verdict, return_exceptions=True)
+    await asyncio.sleep(0)
+    assert len(calls) == 1 and calls[0].cancelled()
 
 
 async def test_without_an_answer_the_turn_is_judged_after_a_bounded_wait():
@@ -94,7 +117,8 @@ async def test_without_an_answer_the_turn_is_judged_after_a_bounded_wait():
     result = await asyncio.wait_for(_listener(words, voice)._judge_turn(
         np.zeros(1600, dtype=np.int16), hearing, asyncio.Event()), 2)
     assert result.complete
-    assert voice.asked_at - started >= listening.JUDGE_AFTER_S - 0.02
+    assert words.asked_at - started >= listening.JUDGE_AFTER_S - 0.02
+    assert voice.asked_at - started < listening.JUDGE_AFTER_S
 
 
 async def test_speech_to_text_failing_falls_back_at_once():

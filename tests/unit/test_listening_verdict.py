@@ -1,7 +1,7 @@
 """The end-of-turn verdict on a speculative pause (server/listening.py ``_judge_turn``) asks
-the turn model at once, beside speech to text, and the words' language model only once the held
-answer has begun: beside the answer's prompt it takes a core. Without an answer the words are
-judged anyway, after ``JUDGE_AFTER_S``."""
+the turn model at once, beside speech to text, and the words' language model right after the
+transcript; an LLM on this machine's cores is asked only once the words are judged, so that no
+judge shares them, a remote one at once."""
 
 from __future__ import annotations
 
@@ -11,11 +11,9 @@ import time
 import numpy as np
 
 from voice_server.config import load_settings
+from voice_server.metrics import TurnRecord
 from voice_server.pipeline.end_of_turn import Ending
-from voice_server.pipeline.speech import HeldOutput
 from voice_server.pipeline.stt import Hearing
-from voice_server.protocol import LLMChunk, Transcript
-from voice_server.server import listening
 from voice_server.server.listening import Listener
 
 
@@ -24,7 +22,9 @@ class _Words:
 
     def __init__(self) -> None:
         self.asked_at: float | None = None
+        self.judged_at: float | None = None
         self.said_before: str | None = None
+        self.judging_s = 0.0
 
     async def hear(self, pcm: np.ndarray, *, urgent: bool = True, prompt: str = "") -> Hearing:
         return Hearing("What is the capital of France?")
@@ -33,7 +33,12 @@ class _Words:
 
     async def ending(self, text: str, said_before: str = "") -> Ending:
         self.asked_at, self.said_before = time.monotonic(), said_before
+        await asyncio.sleep(self.judging_s)
+        self.judged_at = time.monotonic()
         return Ending(0.9, -0.5)
+
+    async def choose(self, heard: Hearing) -> str:
+        return heard.text
 
 
 class _Conversation:
@@ -63,30 +68,74 @@ class _Silent:
 async def _nothing(message) -> None: ...
 
 
-def _listener(words: _Words, voice: _Voice) -> Listener:
+def _listener(words: _Words, voice: _Voice, *, llm_shares_cpu: bool = True) -> Listener:
     return Listener(settings=load_settings(), conversation=_Conversation, send=_nothing,
                     stt=words, turn_model=voice, playback=None, speech_output=_Silent,
-                    busy=lambda: False)
+                    busy=lambda: False, llm_shares_cpu=llm_shares_cpu)
 
 
-async def test_the_voice_is_judged_at_once_the_words_once_the_answer_has_begun():
+def _judging(listener: Listener, hearing: asyncio.Future) -> asyncio.Task:
+    return asyncio.ensure_future(listener._words_end(hearing))
+
+
+async def test_the_voice_is_judged_at_once_the_words_after_the_transcript():
     words, voice = _Words(), _Voice()
-    held = HeldOutput(_Silent(), _nothing)
-    hearing = asyncio.ensure_future(words.hear(np.zeros(1600, dtype=np.int16)))
+    listener = _listener(words, voice)
+    heard = asyncio.get_running_loop().create_future()
     paused = time.monotonic()
+    judging = _judging(listener, heard)
     verdict = asyncio.create_task(
-        _listener(words, voice)._judge_turn(np.zeros(1600, dtype=np.int16), hearing,
-                                            held.answering))
-    await held.emit(Transcript(text="What is the capital of France?", isFinal=True))
+        listener._judge_turn(np.zeros(1600, dtype=np.int16), heard, judging))
     await asyncio.sleep(0.1)
     assert voice.asked_at is not None and voice.asked_at - paused < 0.05  # the audio: at once
-    assert words.asked_at is None  # the transcript is no answer
-    assert not verdict.done()
-    began = time.monotonic()
-    await held.emit(LLMChunk(content="Paris", done=False))
-    result = await asyncio.wait_for(verdict, 1)
-    assert result.complete and words.asked_at >= began
+    assert words.asked_at is None and not verdict.done()  # no transcript yet
+    transcribed = time.monotonic()
+    heard.set_result(await words.hear(np.zeros(1600, dtype=np.int16)))
+    result = await asyncio.wait_for(verdict, 1)  # no answer needed
+    assert result.complete and words.asked_at >= transcribed
     assert words.said_before == _Conversation.LAST_SAID  # the words are judged as a reply
+
+
+async def test_the_llm_gets_the_words_once_they_are_judged():
+    """The transcript goes to the LLM after the words' judge, not beside it."""
+    words, voice = _Words(), _Voice()
+    words.judging_s = 0.2
+    listener = _listener(words, voice)
+    hearing = asyncio.ensure_future(words.hear(np.zeros(1600, dtype=np.int16)))
+    judging = _judging(listener, hearing)
+    started = time.monotonic()
+    text = await listener._text_of(hearing, judging, asyncio.Event(), TurnRecord("s"))
+    returned = time.monotonic()
+    assert text == "What is the capital of France?"
+    assert words.judged_at is not None and words.judged_at <= returned
+    assert returned - started >= words.judging_s - 0.02
+
+
+async def test_a_remote_llm_gets_the_words_beside_their_judge():
+    words, voice = _Words(), _Voice()
+    words.judging_s = 0.3
+    listener = _listener(words, voice, llm_shares_cpu=False)
+    hearing = asyncio.ensure_future(words.hear(np.zeros(1600, dtype=np.int16)))
+    judging = _judging(listener, hearing)
+    started = time.monotonic()
+    assert await listener._text_of(hearing, judging, asyncio.Event(), TurnRecord("s"))
+    assert time.monotonic() - started < 0.2 and not judging.done()
+    assert (await judging).sentence_end == 0.9
+
+
+async def test_unfinished_words_are_not_asked_of_the_language_model():
+    """Words the rules find unfinished wait anyway: the language model adds nothing."""
+    words, voice = _Words(), _Voice()
+
+    async def fragment() -> Hearing:
+        return Hearing("I'd like to book a table for")
+
+    listener = _listener(words, voice)
+    hearing = asyncio.ensure_future(fragment())
+    judging = _judging(listener, hearing)
+    result = await asyncio.wait_for(
+        listener._judge_turn(np.zeros(1600, dtype=np.int16), hearing, judging), 1)
+    assert not result.complete and words.asked_at is None
 
 
 async def test_a_pause_the_user_talks_on_from_stops_the_turn_model():
@@ -100,9 +149,10 @@ async def test_a_pause_the_user_talks_on_from_stops_the_turn_model():
             await asyncio.sleep(10)
             return 0.95
 
+    listener = _listener(words, _Slow())
     hearing = asyncio.ensure_future(words.hear(np.zeros(1600, dtype=np.int16)))
-    verdict = asyncio.create_task(_listener(words, _Slow())._judge_turn(
-        np.zeros(1600, dtype=np.int16), hearing, asyncio.Event()))
+    verdict = asyncio.create_task(listener._judge_turn(
+        np.zeros(1600, dtype=np.int16), hearing, _judging(listener, hearing)))
     await asyncio.sleep(0.05)
     verdict.cancel()
     await asyncio.gather(verdict, return_exceptions=True)
@@ -110,27 +160,17 @@ async def test_a_pause_the_user_talks_on_from_stops_the_turn_model():
     assert len(calls) == 1 and calls[0].cancelled()
 
 
-async def test_without_an_answer_the_turn_is_judged_after_a_bounded_wait():
-    words, voice = _Words(), _Voice()
-    started = time.monotonic()
-    hearing = asyncio.ensure_future(words.hear(np.zeros(1600, dtype=np.int16)))
-    result = await asyncio.wait_for(_listener(words, voice)._judge_turn(
-        np.zeros(1600, dtype=np.int16), hearing, asyncio.Event()), 2)
-    assert result.complete
-    assert words.asked_at - started >= listening.JUDGE_AFTER_S - 0.02
-    assert voice.asked_at - started < listening.JUDGE_AFTER_S
-
-
 async def test_speech_to_text_failing_falls_back_at_once():
-    """No transcript, no answer to wait for: the fixed silence decides straight away."""
+    """No transcript, no words to judge: the fixed silence decides straight away."""
     words, voice = _Words(), _Voice()
 
     async def fail() -> Hearing:
         raise RuntimeError("the worker died")
 
+    listener = _listener(words, voice)
     hearing = asyncio.ensure_future(fail())
     started = time.monotonic()
-    result = await asyncio.wait_for(_listener(words, voice)._judge_turn(
-        np.zeros(1600, dtype=np.int16), hearing, asyncio.Event()), 2)
+    result = await asyncio.wait_for(listener._judge_turn(
+        np.zeros(1600, dtype=np.int16), hearing, _judging(listener, hearing)), 2)
     assert result.reason == "fallback" and words.asked_at is None
-    assert time.monotonic() - started < listening.JUDGE_AFTER_S
+    assert time.monotonic() - started < 0.2

@@ -13,7 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ..protocol import Message, Transcript, TTSChunk, TTSStart
+from ..protocol import Message, TTSChunk, TTSStart
 from .audio import pcm_to_base64
 
 __all__ = ["ChunkMessageOutput", "HeardText", "HeldOutput", "SpeechOutput"]
@@ -96,7 +96,6 @@ class HeldOutput:
         self._emit = emit
         self._held: list[Message] = []
         self._released = asyncio.Event()
-        self.answering = asyncio.Event()  # the answer has begun: a message past the transcript
         self.discarded = False
 
     @property
@@ -108,8 +107,6 @@ class HeldOutput:
         return self._inner.gaps_ms
 
     async def emit(self, message: Message) -> None:
-        if not isinstance(message, Transcript):
-            self.answering.set()
         if self._released.is_set():
             await self._emit(message)
         elif not self.discarded:

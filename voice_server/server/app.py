@@ -88,8 +88,10 @@ class VoiceServer:
                                 for n in settings.trusted_proxies]
         self.draining = False
         self.turn_model = self._end_of_turn_model()
+        # the embedded model shares this machine's cores with the end-of-turn judges
+        self.llm_shares_cpu = isinstance(self.router.default_provider, LoadsModel)
         self.rtc_factory = rtc_factory(settings, self.stt, lambda: self.pool.busy,
-                                       self.turn_model)
+                                       self.turn_model, llm_shares_cpu=self.llm_shares_cpu)
         self.live: dict[str, Connection | PhoneCall] = {}  # session id -> who holds it
         self.last_turns: collections.deque[TurnRecord] = collections.deque(maxlen=200)
         self._responder = ChatResponder(

@@ -48,7 +48,6 @@ log = logging.getLogger(__name__)
 
 INTERIM_AFTER_S = 1.5
 INTERIM_EVERY_S = 1.0
-JUDGE_AFTER_S = 0.4  # longest wait for the held answer to begin before the turn is judged
 
 
 class TurnModel(Protocol):
@@ -74,6 +73,8 @@ class Listener:
     playback: Playback
     speech_output: Callable[[], SpeechOutput]
     busy: Callable[[], bool]  # the compute pool is saturated: skip best-effort work
+    # the LLM runs on this machine's cores: it is asked once the words are judged, not beside
+    llm_shares_cpu: bool = False
 
     def __post_init__(self) -> None:
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -158,14 +159,15 @@ class Listener:
         hearing = self._spawn(self.stt.hear(pcm), "speculative-stt")
         record = self._new_record()
         ask = asyncio.Event()
-        transcript = self._spawn(self._text_of(hearing, ask, record), "speculative-text")
+        words = self._spawn(self._words_end(hearing), "end-of-turn-words")
+        transcript = self._spawn(self._text_of(hearing, words, ask, record), "speculative-text")
         await self.conversation().start_utterance(pcm, output, record, transcript,
                                                    emit=output.emit)
-        verdict = self._spawn(self._judge_turn(pcm, hearing, output.answering), "end-of-turn")
+        verdict = self._spawn(self._judge_turn(pcm, hearing, words), "end-of-turn")
         self._held = _Speculation(pcm, output, record, verdict, ask)
 
-    async def _text_of(self, hearing: Awaitable[Hearing], ask: asyncio.Event,
-                       record: TurnRecord) -> str:
+    async def _text_of(self, hearing: Awaitable[Hearing], words: asyncio.Task[Ending | None],
+                       ask: asyncio.Event, record: TurnRecord) -> str:
         """The words the speculative answer answers. Words that stop mid-sentence ("I'd like
         to book a table for", or such a reading nearly as likely) make the turn wait up to
         ``end_of_turn_max_ms`` for more; the LLM is asked only once the silence reaches
@@ -180,18 +182,31 @@ class Listener:
                       self._ask_unfinished_ms)
             await ask.wait()
             record.words_held_until = time.monotonic()
+        if self.llm_shares_cpu:
+            await asyncio.wait({words})  # the words' judge first, not beside the LLM's prompt
         return text
 
+    async def _words_end(self, hearing: Awaitable[Hearing]) -> Ending | None:
+        """How the transcript's words end, by the language model (None: no words, words the
+        rules already find unfinished, or a failure)."""
+        with contextlib.suppress(Exception):
+            heard = await hearing
+            if self._policy.words_wait(heard.text, heard.alternatives) is None:
+                try:
+                    return await self.stt.ending(heard.text, self.conversation().last_said())
+                except STTError as exc:
+                    log.warning("the language model's end-of-turn judgement failed: %s", exc)
+        return None
+
     async def _judge_turn(self, pcm: np.ndarray, hearing: asyncio.Task[Hearing],
-                          answering: asyncio.Event) -> Verdict:
-        """The end-of-turn verdict on the speculative pause. The turn model hears the audio at
-        once, beside speech to text: that costs the transcript ~40-70 ms, but the model is done
-        before the LLM reads its prompt. The words' language model judges once the answer has
-        begun (``answering``, or after ``JUDGE_AFTER_S``), so it does not take the LLM's second
-        thread for the whole prompt. Measured on a 2.1 GHz Xeon (bench/voice_latency.py, Piper
-        voice, 40 turns each way), against both judges waiting for the answer: the end of turn
-        480/420 -> 400/390 ms at p50 with an instant LLM; the embedded 1.5B model's first token
-        ~600 -> ~420 ms, and voice-to-voice p50 1640 -> 1487 ms (p95 2053 -> 1859 ms)."""
+                          words: asyncio.Task[Ending | None]) -> Verdict:
+        """The end-of-turn verdict on the speculative pause, from the turn model (on the audio,
+        at once, beside speech to text) and the words (``words``: judged right after the
+        transcript). A judge beside the embedded LLM takes a core from it: the words' judge
+        there cost the first token ~130 ms on an AMD EPYC (~310 against ~175 ms), so such an
+        LLM is asked once the words are judged (``llm_shares_cpu``); a remote one at once. On
+        a 2.1 GHz Xeon, judged after the answer had begun, both judges had landed in the
+        embedded model's prompt and first piece (docs/performance.md)."""
         async def probability() -> float | None:
             if self.turn_model is None:
                 return None
@@ -201,25 +216,13 @@ class Listener:
                 log.warning("end-of-turn model failed: %s", exc)
                 return None
 
-        async def ending(heard: Hearing) -> Ending | None:
-            if self._policy.words_wait(heard.text, heard.alternatives) is not None:
-                return None  # the words wait already: the language model cannot add to it
-            try:
-                return await self.stt.ending(heard.text, self.conversation().last_said())
-            except STTError as exc:
-                log.warning("the language model's end-of-turn judgement failed: %s", exc)
-                return None
-
         turn_p = asyncio.ensure_future(probability())  # the audio alone: at once
         try:
             await asyncio.wait({hearing})  # never cancels the answer's own transcript
             if hearing.cancelled() or hearing.exception():  # no words: no answer to wait for
                 return self._policy.judge(await turn_p, None)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(JUDGE_AFTER_S):
-                    await answering.wait()
             heard = hearing.result()
-            p, ends = await asyncio.gather(turn_p, ending(heard))
+            p, ends = await asyncio.gather(turn_p, asyncio.shield(words))
         finally:
             turn_p.cancel()
         verdict = self._policy.judge(p, heard.text, heard.alternatives, ends)

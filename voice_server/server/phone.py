@@ -75,6 +75,7 @@ class PhoneHost(ConversationServices, Protocol):
     pool: ComputePool
     metrics: Metrics
     turn_model: TurnModel | None
+    llm_shares_cpu: bool  # the embedded LLM: end-of-turn judges go before it (listening.py)
 
     def attach(self, session_id: str, conn: PhoneCall) -> None: ...
 
@@ -248,7 +249,7 @@ class PhoneCall:
                 settings=self.settings, conversation=lambda: conversation, send=self._emit,
                 stt=server.stt, turn_model=server.turn_model, playback=line,
                 speech_output=lambda: PlayoutSpeechOutput(line, self._emit),
-                busy=lambda: server.pool.busy)
+                busy=lambda: server.pool.busy, llm_shares_cpu=server.llm_shares_cpu)
             if greeting := server.greeting_for(session):
                 await conversation.greet(greeting, PlayoutSpeechOutput(line, self._emit))
             try:

@@ -74,13 +74,14 @@ def _ice_servers(config: list[dict[str, Any]]) -> list[RTCIceServer]:
 class RtcPeer:
     def __init__(self, conn: Signaling, *, settings: Settings, stt: Transcriber,
                  busy: Callable[[], bool], policy: CandidatePolicy,
-                 turn_model: TurnModel | None = None) -> None:
+                 turn_model: TurnModel | None = None, llm_shares_cpu: bool = False) -> None:
         self._conn = conn
         self._settings = settings
         self._stt = stt
         self._busy = busy  # the compute pool is saturated: skip best-effort work
         self._policy = policy
         self._turn_model = turn_model
+        self._llm_shares_cpu = llm_shares_cpu
         self._host_addresses = settings.ice_host_addresses
         self.pc = RTCPeerConnection(RTCConfiguration(
             iceServers=_ice_servers(settings.ice_servers)))
@@ -177,7 +178,7 @@ class RtcPeer:
             settings=self._settings, conversation=self._conversation, send=self._conn.send,
             stt=self._stt, turn_model=self._turn_model, playback=self.outbound,
             speech_output=lambda: PlayoutSpeechOutput(self.outbound, self._conn.send),
-            busy=self._busy)
+            busy=self._busy, llm_shares_cpu=self._llm_shares_cpu)
         resampler = Resampler(STT_RATE)
         try:
             while True:
@@ -211,7 +212,8 @@ class RtcPeer:
 
 
 def rtc_factory(settings: Settings, stt: Transcriber, busy: Callable[[], bool],
-                turn_model: TurnModel | None = None) -> Callable[[Signaling], RtcPeer]:
+                turn_model: TurnModel | None = None, *,
+                llm_shares_cpu: bool = False) -> Callable[[Signaling], RtcPeer]:
     """The per-connection WebRTC constructor the server uses for ``offer`` messages."""
     policy = CandidatePolicy.from_lists(settings.ice_candidate_allow,
                                         settings.ice_candidate_deny,
@@ -219,6 +221,6 @@ def rtc_factory(settings: Settings, stt: Transcriber, busy: Callable[[], bool],
 
     def make(conn: Signaling) -> RtcPeer:
         return RtcPeer(conn, settings=settings, stt=stt, busy=busy, policy=policy,
-                       turn_model=turn_model)
+                       turn_model=turn_model, llm_shares_cpu=llm_shares_cpu)
 
     return make

@@ -188,15 +188,18 @@ class Listener:
 
     async def _words_end(self, hearing: Awaitable[Hearing]) -> Ending | None:
         """How the transcript's words end, by the language model (None: no words, words the
-        rules already find unfinished, or a failure)."""
-        with contextlib.suppress(Exception):
+        rules already find unfinished, or the model failed)."""
+        try:
             heard = await hearing
-            if self._policy.words_wait(heard.text, heard.alternatives) is None:
-                try:
-                    return await self.stt.ending(heard.text, self.conversation().last_said())
-                except STTError as exc:
-                    log.warning("the language model's end-of-turn judgement failed: %s", exc)
-        return None
+        except Exception:  # no transcript: the verdict falls back without words (_judge_turn)
+            return None
+        if self._policy.words_wait(heard.text, heard.alternatives) is not None:
+            return None  # the words wait already: the language model cannot add to it
+        try:
+            return await self.stt.ending(heard.text, self.conversation().last_said())
+        except STTError as exc:
+            log.warning("the language model's end-of-turn judgement failed: %s", exc)
+            return None
 
     async def _judge_turn(self, pcm: np.ndarray, hearing: asyncio.Task[Hearing],
                           words: asyncio.Task[Ending | None]) -> Verdict:

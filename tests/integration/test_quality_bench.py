@@ -18,13 +18,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_a_small_subset_is_judged_and_timed(tmp_path: Path) -> None:
     """With the server's defaults (the default LLM profile, not the tests' tiny one): three
-    questions, a memory case, one spoken booking with the restaurant playbook and one with the
-    appointments playbook. The support playbook's spoken calls (~15 s each on the Xeon) run in
-    the full benchmark only; its flow runs scripted in playbooks/tests/support_line.yaml."""
+    questions, a memory case and one spoken booking with the restaurant playbook. The other
+    playbooks' spoken calls (~15 s each on a 2.1 GHz Xeon) run in the full benchmark only;
+    their flows run scripted in playbooks/tests/ (appointments_*.yaml, support_line.yaml)."""
     out = tmp_path / "quality.json"
     env = {k: v for k, v in os.environ.items() if k != "VOICE_SERVER_LLM_PROFILE"}
     subprocess.run([sys.executable, str(ROOT / "bench" / "quality.py"), "--limit", "3",
-                    "--bookings", "1", "--appointments", "1", "--support", "0",
+                    "--bookings", "1", "--appointments", "0", "--support", "0",
                     "--json", str(out)],
                    check=True, capture_output=True, timeout=900, env=env)
     (profile,) = json.loads(out.read_text())["profiles"]
@@ -40,6 +40,3 @@ def test_a_small_subset_is_judged_and_timed(tmp_path: Path) -> None:
     # the playbook's `collect` asks for what is missing and books (Mario Rossi, 19:30, two)
     assert bookings["booked"] == 1 and bookings["asked_for_time"] == 1, bookings
     assert all(t["error"] is None for r in bookings["failed"] for t in r["turns"])
-    visits = profile["appointments"]  # Monday at ten, worked out from today's date
-    assert visits["runs"] == 1 and visits["booked"] == 1, visits
-    assert all(t["error"] is None for r in visits["failed"] for t in r["turns"])

@@ -78,19 +78,25 @@ def _judging(listener: Listener, hearing: asyncio.Future) -> asyncio.Task:
     return asyncio.ensure_future(listener._words_end(hearing))
 
 
+PCM = np.zeros(1600, dtype=np.int16)  # the pause's audio: the fakes above do not read it
+
+
+def _verdict(listener: Listener, hearing: asyncio.Future) -> asyncio.Task:
+    """The verdict on a pause, its words judged as ``_speculate`` judges them."""
+    return asyncio.ensure_future(listener._judge_turn(PCM, hearing, _judging(listener, hearing)))
+
+
 async def test_the_voice_is_judged_at_once_the_words_after_the_transcript():
     words, voice = _Words(), _Voice()
     listener = _listener(words, voice)
     heard = asyncio.get_running_loop().create_future()
     paused = time.monotonic()
-    judging = _judging(listener, heard)
-    verdict = asyncio.create_task(
-        listener._judge_turn(np.zeros(1600, dtype=np.int16), heard, judging))
+    verdict = _verdict(listener, heard)
     await asyncio.sleep(0.1)
     assert voice.asked_at is not None and voice.asked_at - paused < 0.05  # the audio: at once
     assert words.asked_at is None and not verdict.done()  # no transcript yet
     transcribed = time.monotonic()
-    heard.set_result(await words.hear(np.zeros(1600, dtype=np.int16)))
+    heard.set_result(await words.hear(PCM))
     result = await asyncio.wait_for(verdict, 1)  # no answer needed
     assert result.complete and words.asked_at >= transcribed
     assert words.said_before == _Conversation.LAST_SAID  # the words are judged as a reply
@@ -101,7 +107,7 @@ async def test_the_llm_gets_the_words_once_they_are_judged():
     words, voice = _Words(), _Voice()
     words.judging_s = 0.2
     listener = _listener(words, voice)
-    hearing = asyncio.ensure_future(words.hear(np.zeros(1600, dtype=np.int16)))
+    hearing = asyncio.ensure_future(words.hear(PCM))
     judging = _judging(listener, hearing)
     started = time.monotonic()
     text = await listener._text_of(hearing, judging, asyncio.Event(), TurnRecord("s"))
@@ -115,7 +121,7 @@ async def test_a_remote_llm_gets_the_words_beside_their_judge():
     words, voice = _Words(), _Voice()
     words.judging_s = 0.3
     listener = _listener(words, voice, llm_shares_cpu=False)
-    hearing = asyncio.ensure_future(words.hear(np.zeros(1600, dtype=np.int16)))
+    hearing = asyncio.ensure_future(words.hear(PCM))
     judging = _judging(listener, hearing)
     started = time.monotonic()
     assert await listener._text_of(hearing, judging, asyncio.Event(), TurnRecord("s"))
@@ -131,10 +137,7 @@ async def test_unfinished_words_are_not_asked_of_the_language_model():
         return Hearing("I'd like to book a table for")
 
     listener = _listener(words, voice)
-    hearing = asyncio.ensure_future(fragment())
-    judging = _judging(listener, hearing)
-    result = await asyncio.wait_for(
-        listener._judge_turn(np.zeros(1600, dtype=np.int16), hearing, judging), 1)
+    result = await asyncio.wait_for(_verdict(listener, asyncio.ensure_future(fragment())), 1)
     assert not result.complete and words.asked_at is None
 
 
@@ -150,9 +153,7 @@ async def test_a_pause_the_user_talks_on_from_stops_the_turn_model():
             return 0.95
 
     listener = _listener(words, _Slow())
-    hearing = asyncio.ensure_future(words.hear(np.zeros(1600, dtype=np.int16)))
-    verdict = asyncio.create_task(listener._judge_turn(
-        np.zeros(1600, dtype=np.int16), hearing, _judging(listener, hearing)))
+    verdict = _verdict(listener, asyncio.ensure_future(words.hear(PCM)))
     await asyncio.sleep(0.05)
     verdict.cancel()
     await asyncio.gather(verdict, return_exceptions=True)
@@ -168,9 +169,7 @@ async def test_speech_to_text_failing_falls_back_at_once():
         raise RuntimeError("the worker died")
 
     listener = _listener(words, voice)
-    hearing = asyncio.ensure_future(fail())
     started = time.monotonic()
-    result = await asyncio.wait_for(listener._judge_turn(
-        np.zeros(1600, dtype=np.int16), hearing, _judging(listener, hearing)), 2)
+    result = await asyncio.wait_for(_verdict(listener, asyncio.ensure_future(fail())), 2)
     assert result.reason == "fallback" and words.asked_at is None
     assert time.monotonic() - started < 0.2

@@ -322,11 +322,9 @@ def test_a_forced_call_is_read_from_its_start_and_checked_quickly(engine, monkey
     """A call forced on the answer: its start is part of the prompt, the model writes only the
     arguments, and the grammar's quick check of the likeliest token picks exactly the tokens the
     full grammar sampler picks."""
-    import dataclasses
-
-    from voice_server.llm import local_engine
-    from voice_server.llm.local_decoding import forced_call, sample_token
+    from voice_server.llm.local_decoding import forced_call
     from voice_server.llm.local_engine import SamplingParams
+    from voice_server.llm.local_sampling import ChainSampler
 
     book = {"type": "function", "function": {"name": "book_table", "parameters": {
         "type": "object", "properties": {"name": {"type": ["string", "null"]},
@@ -342,10 +340,7 @@ def test_a_forced_call_is_read_from_its_start_and_checked_quickly(engine, monkey
     args = json.loads(quick_text[:-1])  # the arguments, then the call's closing brace
     assert quick_text.endswith("}") and set(args) == {"name", "party_size"}
 
-    def full_sampler(chain, ctx, index, p, n_vocab):  # never the quick check
-        return sample_token(chain, ctx, index, dataclasses.replace(p, grammar_lazy=True), n_vocab)
-
-    monkeypatch.setattr(local_engine, "sample_token", full_sampler)
+    monkeypatch.setattr(ChainSampler, "quick", False)  # never the quick check
     assert Reader(engine, messages, params=params).wait() == quick_text
     assert "<tool_call>" not in quick_text and "arguments" not in quick_text  # read, not written
 

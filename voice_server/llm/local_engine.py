@@ -50,7 +50,6 @@ sampling); readers only enqueue, cancel, and give back hand-off credit.
 from __future__ import annotations
 
 import collections
-import ctypes
 import logging
 import threading
 import time
@@ -61,7 +60,8 @@ from typing import Any, Protocol
 from ..compat import llama_batch, llama_context, llama_model
 from .errors import LLMBadRequest, LLMError
 from .kv_slots import KVSlots, Slot
-from .local_decoding import OPEN, StopText, chat_formatter, sample_token, sampler
+from .local_decoding import OPEN, StopText, chat_formatter
+from .local_sampling import Sampler, sampler, token_piece
 from .thread_choice import ThreadChoice
 from .types import StreamEvent, Usage
 
@@ -119,7 +119,7 @@ class Generation:
         self.cached = 0  # prompt tokens found in the slot's cache (not evaluated again)
         self.max_tokens = params.max_tokens
         self.slot: Slot | None = None
-        self.sampler: Any = None
+        self.sampler: Sampler | None = None
         self.text = StopText(params.stop)
         self.segments = list(params.segments)  # parts still to write (SamplingParams.segments)
         self.finished = False
@@ -149,7 +149,6 @@ class LlamaEngine:
         self._ctx = llama_context(llama, params)
         self._batch = llama_batch(n_batch)
         self._vocab = llama_cpp.llama_model_get_vocab(llama_model(llama).model)
-        self._n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx.ctx))  # shared by all slots
         self._kv = KVSlots(llama_cpp, self._ctx.ctx, slots, self.n_ctx)
         self._n_batch = n_batch
@@ -412,8 +411,7 @@ class LlamaEngine:
             if gen.finished:  # cancelled during the step
                 gen.sampler = None  # freed here, on the thread that samples with it
                 continue
-            self._take(gen, sample_token(gen.sampler, self._ctx.ctx, index, gen.params,
-                                         self._n_vocab))
+            self._take(gen, gen.sampler.sample(self._ctx.ctx, index))
 
     def _take(self, gen: Generation, token: int) -> None:
         gen.last = token
@@ -453,9 +451,7 @@ class LlamaEngine:
             self._finish(gen, reason="length")
 
     def _piece(self, token: int) -> bytes:
-        buffer = ctypes.create_string_buffer(64)
-        n = self._c.llama_token_to_piece(self._vocab, token, buffer, 64, 0, False)
-        return buffer.raw[:max(0, n)]
+        return token_piece(self._vocab, token)
 
     def _finish(self, gen: Generation, *, reason: str = "stop", flush: bool = True,
                 error: LLMError | None = None) -> None:

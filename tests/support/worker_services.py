@@ -41,6 +41,11 @@ class EchoService:
         """A real crash in native code: read address 0."""
         ctypes.string_at(0)
 
+    def abort_saying(self, message: str) -> None:
+        """Die the way native code does on a failed assertion: say why on stderr, abort."""
+        os.write(2, f"{message}\n".encode())
+        os.abort()
+
     def kill_self(self) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 

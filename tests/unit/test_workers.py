@@ -79,6 +79,20 @@ async def test_a_segfault_fails_the_calls_in_flight_and_the_worker_comes_back() 
                                    "last_exit": "killed by SIGSEGV"}
 
 
+async def test_a_native_abort_is_logged_with_what_the_process_said(caplog, capfd) -> None:
+    """The worker's stderr reaches ours line by line, and the log line of its death quotes
+    what it said last (an assertion's message), not only the signal; ggml's gdb backtrace
+    is off in the worker."""
+    async with _worker() as worker:
+        assert await worker.call("environment", "GGML_NO_BACKTRACE") == "1"
+        with pytest.raises(WorkerCrashed, match="SIGABRT"):
+            await worker.call("abort_saying", "GGML_ASSERT(n_tokens > 0) failed")
+        await _until(lambda: "worker died" in caplog.text)
+        assert "test worker died (killed by SIGABRT), saying: GGML_ASSERT(n_tokens > 0) " \
+               "failed;" in caplog.text
+        assert "GGML_ASSERT(n_tokens > 0) failed\n" in capfd.readouterr().err
+
+
 async def test_sigkill_ends_a_stream_with_the_crash() -> None:
     """Stream items arrive in order; SIGKILL of the worker mid-stream raises WorkerCrashed
     from the stream's next read."""

@@ -33,6 +33,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from .child import ServiceSpec
+from .last_words import LastWords
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +139,7 @@ class SupervisedWorker:
         self.last_exit: str | None = None
         self._proc: Any = None
         self._conn: Connection | None = None
+        self._words: LastWords | None = None  # the process's stderr, relayed
         self._gen = 0
         self._first: asyncio.Future[tuple[str, Any]] | None = None
         self._pending: dict[int, asyncio.Future[Any]] = {}
@@ -199,9 +201,9 @@ class SupervisedWorker:
         loop = asyncio.get_running_loop()
         # on the loop's thread: the worker's parent-death signal fires when the thread that
         # started it ends, and an executor thread may end long before the server does
-        proc, conn = _spawn(self.stage, self.spec, self.threads)
+        proc, conn, words = _spawn(self.stage, self.spec, self.threads)
         self._gen += 1
-        self._proc, self._conn = proc, conn
+        self._proc, self._conn, self._words = proc, conn, words
         self._first = loop.create_future()
         loop.add_reader(conn.fileno(), self._readable, conn, self._gen)
         started = time.monotonic()
@@ -306,18 +308,21 @@ class SupervisedWorker:
         if gen != self._gen:
             return
         self._gen += 1
-        asyncio.get_running_loop().create_task(self._died(self._proc, self._first),
-                                               name=f"{self.stage}-worker-died")
+        asyncio.get_running_loop().create_task(
+            self._died(self._proc, self._first, self._words), name=f"{self.stage}-worker-died")
 
     async def _died(self, proc: subprocess.Popen[bytes],
-                    first: asyncio.Future[tuple[str, Any]] | None) -> None:
-        """The pipe ended: the process is gone or going. Its exit status names the cause.
-        ``first``: that process's start, which the next one's must not be taken for."""
+                    first: asyncio.Future[tuple[str, Any]] | None,
+                    words: LastWords | None) -> None:
+        """The pipe ended: the process is gone or going. Its exit status names the cause, and
+        its last words on stderr the reason. ``first``: that process's start, which the next
+        one's must not be taken for."""
         with contextlib.suppress(subprocess.TimeoutExpired):
             await asyncio.to_thread(proc.wait, 2)
         how = describe_exit(proc.poll())
+        said = await asyncio.to_thread(words.said) if words is not None else ""
         if first is not None and not first.done():  # died while starting
-            first.set_result(("failed", f"the process {how}"))
+            first.set_result(("failed", f"the process {how}" + (f": {said}" if said else "")))
             return
         if self.state != WorkerState.READY or proc is not self._proc:
             return
@@ -325,8 +330,8 @@ class SupervisedWorker:
         self._ready.clear()
         self.restarts += 1
         self.last_exit = how
-        log.error("the %s worker died (%s); %d request(s) in flight failed; restarting",
-                  self.stage, how, self.in_flight)
+        log.error("the %s worker died (%s)%s; %d request(s) in flight failed; restarting",
+                  self.stage, how, f", saying: {said}" if said else "", self.in_flight)
         if proc.poll() == -signal.SIGILL:
             self._fall_back(f"the {self.stage} worker {how}")
         self._fail_all(WorkerCrashed(f"the {self.stage} worker died ({how})"))
@@ -417,25 +422,29 @@ class SupervisedWorker:
 
 
 def _spawn(stage: str, spec: ServiceSpec, threads: int) -> tuple[subprocess.Popen[bytes],
-                                                                  Connection]:
+                                                                  Connection, LastWords]:
     """Start ``python -m voice_server.workers`` with one end of a socket pair, and send
     it what to serve. A fresh interpreter, not a fork of a threaded server, and not
-    ``multiprocessing``'s spawn, which runs the server's main module again in the child."""
+    ``multiprocessing``'s spawn, which runs the server's main module again in the child.
+    Its stderr is relayed to ours (``LastWords``), without ggml's gdb backtrace on a crash
+    (``GGML_NO_BACKTRACE``: last_words.py)."""
     ours, theirs = socket.socketpair()
     with ours, theirs:
         # the child inherits the whole environment (not a read of settings: config.py owns
         # those), with our import path so it finds this package however we were started
-        env = {**os.environ, **spec.env,
+        env = {"GGML_NO_BACKTRACE": "1", **os.environ, **spec.env,
                "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         proc = subprocess.Popen(
             [sys.executable, "-m", "voice_server.workers", stage, str(theirs.fileno())],
-            pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL)
+            pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL,
+            stderr=subprocess.PIPE)
         conn = Connection(os.dup(ours.fileno()))
+    words = LastWords(proc.stderr)  # type: ignore[arg-type]
     try:
         conn.send((spec, threads, logging.getLogger().getEffectiveLevel()))
     except OSError:
         pass  # it died at once: the loop sees the end of the pipe
-    return proc, conn
+    return proc, conn, words
 
 
 def _unwatch(conn: Connection) -> None:

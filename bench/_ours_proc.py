@@ -42,19 +42,25 @@ def record_json(rec) -> dict:
             "transcript": rec.transcript}
 
 
+def log_server_to(log_file: str | None) -> None:
+    """With a file (``BENCH_SERVER_LOG``): the server's own account there, at DEBUG."""
+    if not log_file:
+        return
+    logging.basicConfig(filename=log_file, level=logging.DEBUG,
+                        format="%(created).3f %(name)s %(message)s")
+    # the model workers' stderr is relayed to ours: the same file (both append)
+    shared = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(shared, sys.stderr.fileno())
+    os.close(shared)
+    for name in ("aioice", "aiortc", "asyncio"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 async def main() -> None:
     from voice_server.config import load_settings
     from voice_server.server.app import VoiceServer
 
-    if log_file := os.environ.get("BENCH_SERVER_LOG"):  # the server's own account, at DEBUG
-        logging.basicConfig(filename=log_file, level=logging.DEBUG,
-                            format="%(created).3f %(name)s %(message)s")
-        # the model workers log to the stderr they inherit: the same file (both append)
-        shared = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        os.dup2(shared, sys.stderr.fileno())
-        os.close(shared)
-        for name in ("aioice", "aiortc", "asyncio"):
-            logging.getLogger(name).setLevel(logging.WARNING)
+    log_server_to(os.environ.get("BENCH_SERVER_LOG"))
     settings = load_settings(**json.loads(sys.argv[1]))
     lags: collections.deque[float] = collections.deque(maxlen=100_000)
     async with VoiceServer(settings) as server:

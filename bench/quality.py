@@ -28,7 +28,8 @@ with its tool called with the right account and category. The calls' lines are i
 bench/_spoken_calls.py.
 
 Prints JSON per profile: accuracy, heard, memory, turn time (p50, mean), bookings,
-appointments, support calls, and every miss.
+appointments, support calls, and every miss. With ``BENCH_SERVER_LOG=FILE`` in the environment
+the server and its model workers log at DEBUG to FILE (as in the latency benchmark).
 A profile is a name and Settings overrides; the default profile is the server's defaults.
 
     python bench/quality.py [--voices piper,espeak] [--limit N] \
@@ -53,6 +54,7 @@ from typing import Any
 import websockets
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench._ours_proc import log_server_to  # noqa: E402
 from bench._spoken_calls import (  # noqa: E402
     CALLERS,
     SUPPORT_CALLS,
@@ -325,6 +327,7 @@ def main() -> None:
                     help=f"calls to the support playbook (0 to {len(SUPPORT_CALLS)})")
     ap.add_argument("--json", help="also write the result here")
     args = ap.parse_args()
+    log_server_to(os.environ.get("BENCH_SERVER_LOG"))
     text = json.dumps(asyncio.run(run(args)), indent=1)
     if args.json:
         Path(args.json).write_text(text)

@@ -33,7 +33,7 @@ the server and its model workers log at DEBUG to FILE (as in the latency benchma
 A profile is a name and Settings overrides; the default profile is the server's defaults.
 
     python bench/quality.py [--voices piper,espeak] [--limit N] \
-        [--bookings N] [--appointments N] [--support N] \
+        [--bookings N] [--appointments N] [--support N] [--warm] \
         [--profile tiny='{"llm_model_path": "..."}' ...]
 """
 
@@ -242,7 +242,7 @@ def espeak_wavs(texts: list[str]) -> dict[str, bytes]:
 async def run_profile(name: str, overrides: dict[str, Any], speech: dict[str, dict[str, bytes]],
                       limit: int, bookings: int = 0,
                       questions: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = QUESTIONS,
-                      visits: int = 0, support: int = 0) -> dict[str, Any]:
+                      visits: int = 0, support: int = 0, warm: bool = False) -> dict[str, Any]:
     from voice_server.config import load_settings
     from voice_server.server.app import VoiceServer
 
@@ -251,6 +251,7 @@ async def run_profile(name: str, overrides: dict[str, Any], speech: dict[str, di
     memory: list[dict[str, Any]] = []
     async with VoiceServer(settings) as server:
         url = f"ws://127.0.0.1:{server.port}/ws"
+        warm_s = await until_warm(server) if warm else None
         for voice, wavs in speech.items():
             for question, heard_words, accepted in questions[:limit]:
                 async with websockets.connect(url, max_size=None) as ws:  # a fresh session
@@ -276,7 +277,7 @@ async def run_profile(name: str, overrides: dict[str, Any], speech: dict[str, di
     times = [r["seconds"] for r in results] or [0.0]
     asked = max(1, len(results))
     return {
-        "profile": name, "settings": overrides, "questions": len(results),
+        "profile": name, "settings": overrides, "questions": len(results), "warm_s": warm_s,
         "accuracy": round(sum(r["miss"] is None for r in results) / asked, 3),
         "heard": round(sum(r["heard"] for r in results) / asked, 3),
         "by_voice": {v: round(sum(r["miss"] is None for r in results if r["voice"] == v)
@@ -295,6 +296,18 @@ async def run_profile(name: str, overrides: dict[str, Any], speech: dict[str, di
     }
 
 
+async def until_warm(server: Any, limit_s: float = 1800) -> float:
+    """Wait until the server has computed its playbooks' stage prompts ahead (server/warm.py:
+    it does so only while no call is live, so calls back to back never give it the time);
+    returns how long that took."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    async with asyncio.timeout(limit_s):
+        while server.warmer.busy:  # noqa: ASYNC110 - polls state no event announces
+            await asyncio.sleep(0.5)
+    return round(loop.time() - started, 1)
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     profiles = [p.split("=", 1) for p in args.profile] or [["default", "{}"]]
     questions = QUESTION_SETS[args.questions]
@@ -306,7 +319,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     speech = {v: makers[v](texts) for v in args.voices.split(",")}
     return {"bench": "quality", "profiles": [
         await run_profile(name, json.loads(overrides), speech, args.limit, args.bookings,
-                          questions, args.appointments, args.support)
+                          questions, args.appointments, args.support, args.warm)
         for name, overrides in profiles]}
 
 
@@ -325,6 +338,9 @@ def main() -> None:
                     help=f"booking runs with the appointments playbook (0 to {len(VISITS)})")
     ap.add_argument("--support", type=int, default=len(SUPPORT_CALLS),
                     help=f"calls to the support playbook (0 to {len(SUPPORT_CALLS)})")
+    ap.add_argument("--warm", action="store_true",
+                    help="first wait until the server has computed its playbooks' stage "
+                         "prompts ahead (as a server that has been up a while has)")
     ap.add_argument("--json", help="also write the result here")
     args = ap.parse_args()
     log_server_to(os.environ.get("BENCH_SERVER_LOG"))

@@ -320,9 +320,10 @@ class SupervisedWorker:
         with contextlib.suppress(subprocess.TimeoutExpired):
             await asyncio.to_thread(proc.wait, 2)
         how = describe_exit(proc.poll())
-        said = await asyncio.to_thread(words.said) if words is not None else ""
         if first is not None and not first.done():  # died while starting
-            first.set_result(("failed", f"the process {how}" + (f": {said}" if said else "")))
+            said = await _said(words)
+            if not first.done():  # (the start may have timed out meanwhile)
+                first.set_result(("failed", f"the process {how}" + (f": {said}" if said else "")))
             return
         if self.state != WorkerState.READY or proc is not self._proc:
             return
@@ -330,13 +331,17 @@ class SupervisedWorker:
         self._ready.clear()
         self.restarts += 1
         self.last_exit = how
-        log.error("the %s worker died (%s)%s; %d request(s) in flight failed; restarting",
-                  self.stage, how, f", saying: {said}" if said else "", self.in_flight)
-        if proc.poll() == -signal.SIGILL:
-            self._fall_back(f"the {self.stage} worker {how}")
+        in_flight = self.in_flight
         self._fail_all(WorkerCrashed(f"the {self.stage} worker died ({how})"))
         if self.on_restart is not None:
             self.on_restart(self.stage)
+        said = await _said(words)  # the requests have failed already: only the log waits
+        log.error("the %s worker died (%s)%s; %d request(s) in flight failed; restarting",
+                  self.stage, how, f", saying: {said}" if said else "", in_flight)
+        if self.state == WorkerState.CLOSED:
+            return
+        if proc.poll() == -signal.SIGILL:
+            self._fall_back(f"the {self.stage} worker {how}")
         self._restarter = asyncio.get_running_loop().create_task(
             self._restart(died=time.monotonic()), name=f"restart-{self.stage}-worker")
 
@@ -445,6 +450,10 @@ def _spawn(stage: str, spec: ServiceSpec, threads: int) -> tuple[subprocess.Pope
     except OSError:
         pass  # it died at once: the loop sees the end of the pipe
     return proc, conn, words
+
+
+async def _said(words: LastWords | None) -> str:
+    return await asyncio.to_thread(words.said) if words is not None else ""
 
 
 def _unwatch(conn: Connection) -> None:

@@ -8,9 +8,11 @@ trigger on, up to the end of the token that completed the match. If that text br
 grammar, llama.cpp throws a C++ exception ("Unexpected empty grammar stack after accepting
 piece"). The exception passes through its C API into ctypes, which cannot catch it, so the
 process ends with SIGABRT. A small model does write such text. SmolLM2 has no ``<tool_call>``
-token, so it writes the tag in pieces, and its last piece may be ``>`` with two newlines where
-the grammar allows one. Any model may also open a bare call as ``{"name"x``. A CI run lost its
-worker this way. ``tests/unit/test_compat.py`` checks that llama.cpp still aborts.
+token, so it writes the tag in pieces, and its last piece may be ``><`` or ``></``, running
+on into another tag. Any model may also open a bare call as ``{"name",``. A CI run lost its
+worker this way. Upstream, llama-server dies the same way on tool calls (ggml-org/llama.cpp
+issues 12597, open, and 15608). ``tests/unit/test_local_sampling.py`` checks that llama.cpp
+(llama-cpp-python 0.3.36) still aborts.
 
 So the trigger is watched here, in Python, and the grammar is only ever handed text it
 accepts. Each token is checked with the grammar's own test of a candidate token (which rejects,

@@ -77,11 +77,18 @@ async def test_every_served_playbook_is_computed_ahead_named_first(tmp_path: Pat
                 seen = await client.until("tts-complete", timeout=120)
                 assert not [m for m in seen if m["type"] == "error"], seen
             await asyncio.wait_for(lines.all_in.wait(), scaled(180))
+            every = sum(int(line.split(": ")[1].split()[0]) for line in lines.lines)
+            assert (await server.health())["prompts_ahead"] == {"computed": every, "of": every}
             lines.all_in.clear()
             worker = server.router.providers["local"].worker
             os.kill(worker.pid, signal.SIGKILL)  # a native crash: its saved prompts are gone
             await asyncio.wait_for(lines.all_in.wait(), scaled(180))  # the first one again
             assert worker.restarts == 1
+            async with asyncio.timeout(scaled(180)):  # counted again from 0, not on top
+                while (ahead := (await server.health())["prompts_ahead"])["computed"] < every:
+                    assert ahead["of"] == every, ahead
+                    await asyncio.sleep(0.2)
+            assert ahead == {"computed": every, "of": every}
             wanted = {}
             for pid in PLAYBOOKS:
                 async with PlaybookResponder(server.playbooks.get(pid), server.router) as pb:

@@ -459,6 +459,9 @@ class VoiceServer:
                       "signed": bool(self.settings.twilio_auth_token)}
             if self.phone is not None else None,
             "connections": len(self.live),
+            # stage prompts computed ahead (server/warm.py); a stage not yet computed makes
+            # its first caller wait for its prompt
+            "prompts_ahead": self.warmer.progress() if self.settings.warm_playbooks else None,
         }
 
 

@@ -188,3 +188,16 @@ async def test_an_illegal_instruction_moves_to_the_fallback_and_a_segfault_does_
         assert await worker.call("environment", mark) is None
         assert worker.spec.label == "portable"
         assert worker.health()["last_exit"] == "killed by SIGILL"
+
+
+def test_ggml_still_reads_the_variable_that_turns_its_gdb_backtrace_off() -> None:
+    """The workers set ``GGML_NO_BACKTRACE`` (workers/last_words.py); ggml reads it in its
+    crash handler. When an upgrade renames it, this fails."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is None or spec.origin is None:
+        pytest.skip("llama-cpp-python is not installed")
+    base = Path(spec.origin).parent / "lib" / "libggml-base.so"
+    assert b"GGML_NO_BACKTRACE" in base.read_bytes()

@@ -422,7 +422,7 @@ class LlamaEngine:
                 self._finish(gen, reason="stop")
             return
         gen.produced += 1
-        self._deliver(gen, self._piece(token))
+        self._deliver(gen, token_piece(self._vocab, token))
 
     def _next_segment(self, gen: Generation) -> None:
         """Read the next part's given text (one batch, like a prompt) and switch grammars."""
@@ -449,9 +449,6 @@ class LlamaEngine:
             self._finish(gen, reason="stop", flush=False)
         elif gen.produced >= gen.max_tokens:
             self._finish(gen, reason="length")
-
-    def _piece(self, token: int) -> bytes:
-        return token_piece(self._vocab, token)
 
     def _finish(self, gen: Generation, *, reason: str = "stop", flush: bool = True,
                 error: LLMError | None = None) -> None:

@@ -73,10 +73,12 @@ class ChainSampler:
     quick = True  # greedy grammar answers check the likeliest token first (``sample``)
 
     def __init__(self, params: Any, model: Any) -> None:
+        import llama_cpp
         from llama_cpp import llama_grammar
 
         self.params = params
         self.model = model
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(model.vocab)  # (once, not every token)
         self.chain = llama_sampler()
         if params.grammar:
             self.chain.add_grammar(model, llama_grammar.LlamaGrammar.from_string(
@@ -99,8 +101,8 @@ class ChainSampler:
         import llama_cpp as c
 
         if self.params.grammar and self.quick and self.params.temperature <= 0:
-            n_vocab = c.llama_vocab_n_tokens(self.model.vocab)
-            logits = np.ctypeslib.as_array(c.llama_get_logits_ith(ctx, index), shape=(n_vocab,))
+            logits = np.ctypeslib.as_array(c.llama_get_logits_ith(ctx, index),
+                                           shape=(self.n_vocab,))
             best = int(logits.argmax())
             if self.allows(best, float(logits[best])):
                 c.llama_sampler_accept(self.chain.sampler, best)

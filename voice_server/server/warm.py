@@ -71,11 +71,10 @@ class PromptWarmer:
     async def _playbook(self, responder: PlaybookResponder, requests: list[ChatRequest],
                         counts: list[int]) -> None:
         async with self._turn:
-            started, done = time.monotonic(), 0
+            started = time.monotonic()
             for request in requests:
                 try:
                     if await self._one(request):
-                        done += 1
                         counts[0] += 1
                     else:  # the model does not compute ahead (a remote endpoint)
                         counts[1] -= 1
@@ -83,9 +82,9 @@ class PromptWarmer:
                     log.info("playbook %r: computing its prompts ahead stopped: %s",
                              responder.playbook.id, exc)
                     return
-            if done:
+            if counts[0]:
                 log.info("playbook %r: %d prompts computed ahead in %.1f s",
-                         responder.playbook.id, done, time.monotonic() - started)
+                         responder.playbook.id, counts[0], time.monotonic() - started)
 
     async def _one(self, request: ChatRequest) -> bool:
         """Whether the model computed ``request``'s prompt (False: it does not compute ahead)."""

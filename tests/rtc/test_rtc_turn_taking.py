@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import scaled
 from tests.rtc.peer import RtcClient
+from tests.support.fake_openai import Reply
 from voice_server.pipeline.audio import decode_wav, trim_leading_silence, trim_trailing_silence
 from voice_server.server.playout import Clip
 
@@ -33,6 +34,12 @@ def _wav48(make_speech, text: str, pad=(1.0, 0.0)) -> np.ndarray:
     pcm = decode_wav(make_speech(text, rate=48000, pad=(0, 0)), max_seconds=30, to_rate=48_000)
     pcm = trim_trailing_silence(trim_leading_silence(pcm, 48_000, keep_ms=0), 48_000, keep_ms=0)
     return np.concatenate([_silence(pad[0]), pcm, _silence(pad[1])])
+
+
+def _paused(make_speech, first: str, pause_s: float, second: str) -> np.ndarray:
+    """``first``, ``pause_s`` of silence, ``second``, and 2.5 s of silence for the answer."""
+    return np.concatenate([_wav48(make_speech, first), _silence(pause_s),
+                           _wav48(make_speech, second, pad=(0.0, 2.5))])
 
 
 def _silence(seconds: float) -> np.ndarray:
@@ -103,9 +110,8 @@ async def test_a_pause_mid_sentence_does_not_end_the_turn(url, short_replies, ma
     asked_before = len(rtc_llm.requests)
     async with RtcClient(url) as client:
         await client.negotiate()
-        client.mic.enqueue(np.concatenate([
-            _wav48(make_speech, "I would like to book a table for, um"), _silence(pause_s),
-            _wav48(make_speech, "two people at seven o'clock.", pad=(0.0, 2.5))]))
+        client.mic.enqueue(_paused(make_speech, "I would like to book a table for, um", pause_s,
+                                   "two people at seven o'clock."))
         await client.wait_for("tts-complete", timeout=scaled(60))
         await asyncio.sleep(0.5)
         assert len(client.messages("speech-end")) == 1, client.messages("transcript")
@@ -132,14 +138,40 @@ async def test_a_pause_after_words_that_go_on_does_not_end_the_turn(url, short_r
     short_replies.script.clear()
     async with RtcClient(url) as client:
         await client.negotiate()
-        client.mic.enqueue(np.concatenate([
-            _wav48(make_speech, "What is the largest planet in our solar"), _silence(0.8),
-            _wav48(make_speech, "system?", pad=(0.0, 2.5))]))
+        client.mic.enqueue(_paused(make_speech, "What is the largest planet in our solar", 0.8,
+                                   "system?"))
         await client.wait_for("tts-complete", timeout=scaled(60))
         await asyncio.sleep(0.5)
         final = [t["text"] for t in client.messages("transcript") if t["isFinal"]]
         assert len(client.messages("speech-end")) == 1, final
         assert len(final) == 1 and "system" in final[0].lower(), final
+
+
+async def test_words_that_cut_an_unheard_answer_join_the_turn_they_follow(url, rtc_llm,
+                                                                           make_speech):
+    """The turn ended too soon ("How many days are in a week?" is a finished question), and
+    the user went on before a word of the answer was heard: that answer is dropped, and the
+    first words are heard again with the new ones as one turn, answered once, with one user
+    message in the history instead of two halves."""
+    rtc_llm.script.clear()
+    rtc_llm.add(Reply(text="Seven.", delay_s=scaled(8)), "Seven days, and twenty-four hours.")
+    asked_before = len(rtc_llm.requests)
+    async with RtcClient(url) as client:
+        await client.negotiate()
+        client.mic.enqueue(_paused(make_speech, "How many days are in a week?", 1.2,
+                                   "And how many hours are in a day?"))
+        await client.wait_for("tts-complete", timeout=scaled(60))
+        final = [t["text"].lower() for t in client.messages("transcript") if t["isFinal"]]
+        # the first half's turn did end (its transcript went out), then was taken back
+        assert len(client.messages("speech-end")) == 2 and len(final) == 2, final
+        assert "week" in final[0] and "hours" not in final[0], final
+        assert "week" in final[1] and "hours" in final[1], final
+        assert [m["text"] for m in client.messages("llm")] == ["Seven days, and twenty-four hours."]
+        assert not client.messages("tts-cancelled")  # nothing of the first answer began
+        asked = rtc_llm.requests[asked_before:]
+        assert len(asked) == 2, [r["messages"][-1] for r in asked]
+        users = [m["content"].lower() for m in asked[-1]["messages"] if m["role"] == "user"]
+        assert len(users) == 1 and "week" in users[0] and "hours" in users[0], users
 
 
 async def test_an_acknowledgement_does_not_stop_the_agent(url, rtc_server, rtc_llm,

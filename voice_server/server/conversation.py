@@ -8,7 +8,10 @@ what ``ConversationServices`` declares, and imports no transport and no server.
 
 Cancellation has one path, ``interrupt()``: it cancels the running turn (speech stops at once;
 what was already said stays in the history) or, before a turn exists, the utterance's
-speech-to-text.
+speech-to-text. A real interruption by the user (``cut_by_user``) goes that way too, and when
+none of the answer was heard and it used no tool, it also takes the utterance back: the user
+was not done (the end of turn came too soon), and the listener hears those words again joined
+to what they say now, as one turn.
 """
 
 from __future__ import annotations
@@ -94,6 +97,8 @@ class Conversation:
         self._job: asyncio.Task[None] | None = None
         self._turn: Turn | None = None
         self._turn_job: asyncio.Task[Any] | None = None  # the job that started ``_turn``
+        self._utterance: np.ndarray | None = None  # the spoken utterance ``_job`` answers
+        self._withdrawn: Turn | None = None  # cut unheard: its utterance leaves no history
         self.report_turn_metrics = False  # the client asked for ``turn-metrics`` (extension)
 
     # ---- what transports ask --------------------------------------------------------------
@@ -161,6 +166,31 @@ class Conversation:
                 await job
         return cut
 
+    async def cut_by_user(self) -> np.ndarray | None:
+        """A real interruption of the running answer (``interrupt``). When none of that answer
+        was heard and it used no tool, the user's utterance it answered is taken back too: it
+        enters no history, and it is returned (16 kHz) so that the listener hears it again
+        joined to the words that cut it ("My favourite colour is" ... "blue"). Otherwise None:
+        what was heard stays, as after any barge-in."""
+        job, turn, pcm = self._job, self._turn, self._utterance
+        if (job is None or job.done() or pcm is None or turn is None or turn.done
+                or self._turn_job is not job):
+            await self.interrupt()
+            return None
+        await turn.cancel()  # what it committed is final now
+        unheard = all(m.get("role") == "user" or (m.get("role") == "assistant"
+                                                  and not m.get("content")
+                                                  and not m.get("tool_calls"))
+                      for m in turn.committed)
+        if unheard:
+            self._withdrawn = turn
+        await self.interrupt()
+        if not unheard:
+            return None
+        log.debug("cut before a word of the answer was heard: the utterance is heard again "
+                  "with what follows")
+        return pcm
+
     async def start_utterance(self, pcm: np.ndarray, output: SpeechOutput,
                               record: TurnRecord | None = None,
                               transcript: Awaitable[str] | None = None,
@@ -173,6 +203,7 @@ class Conversation:
         session = self.session
         assert session is not None
         record = record or TurnRecord(session_id=session.id)
+        self._utterance = pcm if len(pcm) else None
         attachments, self._attachments = self._attachments, []
         held, self._attachment_bytes = self._attachment_bytes, 0
         self._job = asyncio.create_task(self._answer(session, pcm, output, record, attachments,
@@ -200,6 +231,7 @@ class Conversation:
         await self.interrupt()
         session = self.session
         assert session is not None
+        self._utterance = None
         self._job = asyncio.create_task(self._say(session, text, output),
                                         name=f"greeting-{session_tag(session.id)}")
 
@@ -242,6 +274,9 @@ class Conversation:
         turn.start()
         await turn.wait()
         if output.discarded:  # a speculative answer the user spoke on over: never heard
+            return
+        if self._withdrawn is turn:  # cut unheard: heard again with what followed
+            self._withdrawn = None
             return
         await services.sessions.append_history(session, turn.committed)
         await services.sessions.save(session)  # playbook state changed in place

@@ -6,7 +6,9 @@ the session's ``Conversation``.
   starts speculatively (speech to text, then the LLM; its messages and audio held), and the turn
   model and the transcript judge whether the user is done. The turn ends after the silence the
   verdict asks for: about 200 ms when both say complete, up to ``end_of_turn_max_ms`` when the
-  user is mid-sentence. Speech that resumes first drops the held answer unheard.
+  user is mid-sentence. Speech that resumes first drops the held answer unheard. Speech that
+  cuts the answer before a word of it was heard (the turn ended too soon) takes the utterance
+  back: it is heard again joined to the new words, as one turn (``Conversation.cut_by_user``).
 - **Echo** (barge_in_judge.py): voice over the agent that is mostly its own audio played back
   (measured against what the transport played, echo.py) is neither a barge-in nor a turn, and
   does not pause the agent; it is measured again every 200 ms, so the user talking through it
@@ -48,6 +50,10 @@ log = logging.getLogger(__name__)
 
 INTERIM_AFTER_S = 1.5
 INTERIM_EVERY_S = 1.0
+# the silence put between an utterance taken back and the words that cut it: a pause Whisper
+# reads inside a sentence (the pcm already holds ~60 ms after the one and the VAD's pre-roll
+# before the other)
+JOIN_GAP_S = 0.1
 
 
 class TurnModel(Protocol):
@@ -81,6 +87,7 @@ class Listener:
         self._interim: asyncio.Task[None] | None = None
         self._record: TurnRecord | None = None
         self._held: _Speculation | None = None  # an answer started on a short pause
+        self._before: np.ndarray | None = None  # an utterance taken back, heard again joined
         self._barge_ins = BargeInJudge(
             settings=self.settings, conversation=self.conversation, stt=self.stt,
             playback=self.playback, vad=lambda: self._vad, spawn=self._spawn,
@@ -146,6 +153,7 @@ class Listener:
             await self._abandon()  # the user spoke on: drop it unheard
         elif kind == "start":
             await self._abandon()
+            self._before = None  # taken back by speech that has ended since: joined or not
             await self._speech_started()
         else:
             await self._speech_ended(event)
@@ -155,6 +163,7 @@ class Listener:
         """Answer the utterance so far now, holding its messages and audio until the end of
         turn is confirmed; judge meanwhile whether it is over."""
         log.debug("pause: speculative answer")
+        pcm = self._joined(pcm)
         output = HeldOutput(self.speech_output(), self.send)
         hearing = self._spawn(self.stt.hear(pcm), "speculative-stt")
         record = self._new_record()
@@ -247,12 +256,13 @@ class Listener:
         speech_end = now - event.silence_ms / 1000
         barge, self._barge_ins.current = self._barge_ins.current, None
         if barge is not None and not await self._barge_ins.interrupts(barge):
-            self._record = None
+            self._record = self._before = None
             await self._abandon()
             self._refresh_vad()
             return
         held, self._held = self._held, None
-        if held is not None and np.array_equal(held.pcm, event.pcm):
+        pcm, self._before = self._joined(event.pcm), None
+        if held is not None and np.array_equal(held.pcm, pcm):
             await self.send(SpeechEnd())
             _decided(held.record, speech_end, now, _verdict(held))
             held.record.speculative_stt = True
@@ -265,8 +275,7 @@ class Listener:
             await self.send(SpeechEnd())
             record = self._record or self._new_record()
             _decided(record, speech_end, now, None)
-            await self.conversation().start_utterance(event.pcm, self.speech_output(),
-                                                       record)
+            await self.conversation().start_utterance(pcm, self.speech_output(), record)
         self._record = None
         self._refresh_vad()
 
@@ -289,7 +298,10 @@ class Listener:
         await self.send(SpeechStart())
         if turn is not None:
             turn.record.barge_in_detected = detected
-            await self.conversation().interrupt()
+            before = await self.conversation().cut_by_user()
+            if before is not None:
+                self._before = np.concatenate(
+                    [before, np.zeros(int(JOIN_GAP_S * STT_RATE), dtype=before.dtype)])
         self.playback.resume()
         self._last_interim = time.monotonic()
         self._spawn(self._prepare_judge(), "prepare-judge")
@@ -311,13 +323,22 @@ class Listener:
                 and vad.utterance_samples >= INTERIM_AFTER_S * STT_RATE
                 and (self._interim is None or self._interim.done())):
             self._last_interim = time.monotonic()
-            self._interim = self._spawn(self._interim_transcript(vad.utterance_so_far()),
-                                        "interim-transcript")
+            self._interim = self._spawn(
+                self._interim_transcript(self._joined(vad.utterance_so_far())),
+                "interim-transcript")
 
     async def _interim_transcript(self, pcm: np.ndarray) -> None:
         text = await self.stt.transcribe(pcm, urgent=False)
         if text.strip() and not self._closed:
             await self.send(Transcript(text=text, is_final=False))
+
+    def _joined(self, pcm: np.ndarray) -> np.ndarray:
+        """The utterance so far, after the one taken back if any (at most
+        ``max_audio_seconds`` in all: the newest audio)."""
+        if self._before is None:
+            return pcm
+        longest = int(self.settings.max_audio_seconds * STT_RATE)
+        return np.concatenate([self._before, pcm])[-longest:]
 
     # ---- lifecycle -------------------------------------------------------------------------
     def _new_record(self) -> TurnRecord:

@@ -3,8 +3,12 @@ way for voice_server and Pipecat, with an instant scripted LLM so only turn-taki
 
 - **pauses**: "<first half> <pause> <second half>" with a 0.8 s pause mid-sentence: a *false end
   of turn* is agent speech heard before the second half ends (the system answered the first
-  half); the voice-to-voice time after the whole sentence is reported too, and how many
-  requests the LLM served for them (an answer started in the pause and dropped is one);
+  half); the voice-to-voice time after the whole sentence is reported too, how many
+  requests the LLM served for them (an answer started in the pause and dropped is one), and
+  in how many the LLM was asked the *whole sentence in one message* (the last request's last
+  user message holds words of both halves, rather than the second half after the first;
+  ``--turn-llm-delay-ms`` gives the LLM the first-token time of a real one, so that a turn
+  that ended in the pause can be cut before its answer is heard);
 - **finished**: a finished question: voice-to-voice (end of speech -> first agent audio);
 - **over the agent**: while the agent tells a long story, an acknowledgement ("Mm-hmm.",
   "Yeah.", "Okay.", "Right.") or a noise under ~600 ms (a cough, a click, a door bang): a *false
@@ -34,6 +38,9 @@ PAUSED = [
     ("My favourite colour is", "blue, what is yours?"),
     ("I was thinking that maybe", "we could talk about the weather."),
 ]
+# a word of each half as speech to text writes it, whatever its spelling ("colour", "color")
+PAUSED_WORDS = [("table", "people"), ("capital", "germany"), ("tell", "moon"),
+                ("colo", "blue"), ("thinking", "weather")]
 ACKNOWLEDGEMENTS = ["Mm-hmm.", "Yeah.", "Okay.", "Right."]
 RATE = 48_000
 
@@ -56,8 +63,8 @@ def make_noises(seed: int = 7) -> dict[str, np.ndarray]:
             "door": door.clip(-32000, 32000).astype(np.int16)}
 
 
-async def paused_turn(client: Any, first: np.ndarray, pause_s: float, second: np.ndarray
-                      ) -> dict[str, Any]:
+async def paused_turn(client: Any, first: np.ndarray, pause_s: float, second: np.ndarray,
+                      fake: Any, words: tuple[str, str]) -> dict[str, Any]:
     silence = np.zeros(int(RATE * pause_s), dtype=np.int16)
     first_end = speech_bounds(first)[1]
     pcm = np.concatenate([first, silence, second])
@@ -65,7 +72,11 @@ async def paused_turn(client: Any, first: np.ndarray, pause_s: float, second: np
     first_end_at = result["speech_end"] - (speech_bounds(pcm)[1] - first_end)
     early = [t for t, p in client.heard
              if first_end_at < t < result["speech_end"] and rms(p) > LOUD]
-    return {"false_end": bool(early), "v2v_ms": result["v2v_ms"]}
+    users = [m for m in fake.requests[-1]["messages"] if m["role"] == "user"] \
+        if fake.requests else []
+    asked = str(users[-1]["content"]).lower() if users else ""
+    return {"false_end": bool(early), "v2v_ms": result["v2v_ms"],
+            "whole": all(w in asked for w in words), "asked": asked}
 
 
 async def over_the_agent(client: Any, story: np.ndarray, sound: np.ndarray, *,
@@ -97,13 +108,15 @@ def end_of_turn_reasons(turns: list[dict[str, Any]]) -> dict[str, int]:
 
 
 async def turn_taking_phase(systems: list[Any], fake: Any, speech: Any, story: np.ndarray,
-                            short: str, long: str, cases: int) -> dict[str, Any]:
+                            short: str, long: str, cases: int,
+                            llm_delay_s: float = 0.0) -> dict[str, Any]:
     """``speech(text, pad)`` -> 48 kHz PCM; ``cases`` of each kind per system. Each case is
     spoken anew (Piper varies each rendition: one rendition replayed for every case made the
     counts move in steps of 4 or 3, by whether Whisper heard that one right), and every system
     gets the same audio."""
-    halves = [(speech(a, (1.0, 0.0)), speech(b, (0.0, 1.0)))
-              for a, b in (PAUSED[i % len(PAUSED)] for i in range(cases))]
+    picks = [i % len(PAUSED) for i in range(cases)]
+    halves = [(speech(PAUSED[k][0], (1.0, 0.0)), speech(PAUSED[k][1], (0.0, 1.0)),
+               PAUSED_WORDS[k]) for k in picks]
     noises = make_noises()
     names = [*ACKNOWLEDGEMENTS, *noises]
     sounds = [(name, noises[name] if name in noises else speech(name, (0.0, 0.3)))
@@ -115,8 +128,10 @@ async def turn_taking_phase(systems: list[Any], fake: Any, speech: Any, story: n
             await client.negotiate()
             await asyncio.sleep(0.5)
             paused, asked_before = [], len(fake.requests)
-            for first, second in halves:
-                paused.append(await paused_turn(client, first, 0.8, second))
+            fake.default_delay_s = llm_delay_s
+            for first, second, words in halves:
+                paused.append(await paused_turn(client, first, 0.8, second, fake, words))
+            fake.default_delay_s = 0.0
             asked = len(fake.requests) - asked_before
             over = []
             for name, sound in sounds:
@@ -131,6 +146,9 @@ async def turn_taking_phase(systems: list[Any], fake: Any, speech: Any, story: n
                            "false_end_of_turn": sum(r["false_end"] for r in paused),
                            # requests the LLM served, speculative ones dropped unheard too
                            "llm_requests": asked,
+                           "llm_first_token_delay_ms": round(llm_delay_s * 1000),
+                           "whole_sentence_in_one_message": sum(r["whole"] for r in paused),
+                           "asked": [r["asked"] for r in paused],
                            "v2v_ms": [r["v2v_ms"] for r in paused]},
             "over_the_agent": {"cases": len(over),
                                "false_barge_in": sum(r["false_barge_in"] for r in over),
@@ -144,7 +162,8 @@ async def turn_taking_phase(systems: list[Any], fake: Any, speech: Any, story: n
         out[system.name] = entry
         print(f"# {system.name} turn-taking: false end of turn "
               f"{entry['pause_0_8s']['false_end_of_turn']}/{len(paused)} ({asked} LLM "
-              f"requests), false barge-in "
+              f"requests, the whole sentence in one message "
+              f"{entry['pause_0_8s']['whole_sentence_in_one_message']}), false barge-in "
               f"{entry['over_the_agent']['false_barge_in']}/{len(over)}", flush=True,
               file=sys.stderr)
     return out

@@ -238,6 +238,9 @@ async def main() -> None:
     parser.add_argument("--barge-ins", type=int, default=4)
     parser.add_argument("--turn-cases", type=int, default=20, help="cases of each turn-taking "
                         "kind (0.8 s pauses mid-sentence; sounds over the agent)")
+    parser.add_argument("--turn-llm-delay-ms", type=int, default=0,
+                        help="the scripted LLM's first-token delay in the paused sentences "
+                        "(e.g. 600, as the embedded 1.5B model on 2 cores; default 0: instant)")
     parser.add_argument("--pipecat-python", help="python of a venv with pipecat-ai (skip if "
                         "not given)")
     parser.add_argument("--llama-python", help="python with llama-cpp-python[server] (default: "
@@ -308,7 +311,8 @@ async def main() -> None:
                             result["turn_taking"] = await turn_taking_phase(
                                 systems, fake,
                                 lambda text, pad: speech48k(text, Path(tmp), pad, args.voice),
-                                story, SHORT, LONG, args.turn_cases)
+                                story, SHORT, LONG, args.turn_cases,
+                                args.turn_llm_delay_ms / 1000)
     finally:
         if llama is not None:
             llama.terminate()

@@ -47,6 +47,7 @@ class FakeOpenAI:
     def __init__(self, *, model: str = "fake-model", default_text: str | None = None) -> None:
         self.model = model
         self.default_text = default_text
+        self.default_delay_s = 0.0  # before the first byte of a ``default_text`` answer
         self.script: deque[Reply] = deque()
         self.embed_script: deque[Reply] = deque()  # failures for /v1/embeddings (status != 200)
         self.models_status = 200  # answer /v1/models with this status (an error body if not 200)
@@ -90,7 +91,7 @@ class FakeOpenAI:
         if self.script:
             return self.script.popleft()
         if self.default_text is not None:
-            return Reply(text=self.default_text)
+            return Reply(text=self.default_text, delay_s=self.default_delay_s)
         users = [m for m in body.get("messages", []) if m.get("role") == "user"]
         last = users[-1]["content"] if users else ""
         if isinstance(last, list):

@@ -148,8 +148,8 @@ async def turn_taking_phase(systems: list[Any], fake: Any, speech: Any, story: n
                            "llm_requests": asked,
                            "llm_first_token_delay_ms": round(llm_delay_s * 1000),
                            "whole_sentence_in_one_message": sum(r["whole"] for r in paused),
-                           "asked": [r["asked"] for r in paused],
-                           "v2v_ms": [r["v2v_ms"] for r in paused]},
+                           "v2v_ms": [r["v2v_ms"] for r in paused],
+                           "runs": paused},
             "over_the_agent": {"cases": len(over),
                                "false_barge_in": sum(r["false_barge_in"] for r in over),
                                "false_by_sound": {n: sum(r["false_barge_in"] for r in over

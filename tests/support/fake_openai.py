@@ -31,6 +31,8 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0  # before the first byte
     chunk_delay_s: float = 0.0  # between streamed chunks
+    stall_after_words: int = 0  # with ``stall_s``: stream this many words, then wait
+    stall_s: float = 0.0
     error_message: str = "scripted failure"
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
@@ -144,6 +146,8 @@ class FakeOpenAI:
         for i, word in enumerate(words):
             if reply.chunk_delay_s:
                 await asyncio.sleep(reply.chunk_delay_s)
+            if reply.stall_s and i == reply.stall_after_words:
+                await asyncio.sleep(reply.stall_s)
             piece = word if i == 0 else " " + word
             await send([{"index": 0, "delta": {"content": piece}, "finish_reason": None}])
         if reply.cut_off:

@@ -98,7 +98,7 @@ class Conversation:
         self._turn: Turn | None = None
         self._turn_job: asyncio.Task[Any] | None = None  # the job that started ``_turn``
         self._utterance: np.ndarray | None = None  # the spoken utterance ``_job`` answers
-        self._withdrawn: Turn | None = None  # cut unheard: its utterance leaves no history
+        self._cut_by_user: Turn | None = None  # if cut unheard, its utterance leaves no history
         self.report_turn_metrics = False  # the client asked for ``turn-metrics`` (extension)
 
     # ---- what transports ask --------------------------------------------------------------
@@ -177,15 +177,11 @@ class Conversation:
                 or self._turn_job is not job):
             await self.interrupt()
             return None
+        # set before the cancellation yields: the job may go on to the history first
+        self._cut_by_user = turn
         await turn.cancel()  # what it committed is final now
-        unheard = all(m.get("role") == "user" or (m.get("role") == "assistant"
-                                                  and not m.get("content")
-                                                  and not m.get("tool_calls"))
-                      for m in turn.committed)
-        if unheard:
-            self._withdrawn = turn
         await self.interrupt()
-        if not unheard:
+        if not _unheard(turn.committed):
             return None
         log.debug("cut before a word of the answer was heard: the utterance is heard again "
                   "with what follows")
@@ -275,9 +271,10 @@ class Conversation:
         await turn.wait()
         if output.discarded:  # a speculative answer the user spoke on over: never heard
             return
-        if self._withdrawn is turn:  # cut unheard: heard again with what followed
-            self._withdrawn = None
-            return
+        if self._cut_by_user is turn:
+            self._cut_by_user = None
+            if _unheard(turn.committed):  # heard again with what followed (cut_by_user)
+                return
         await services.sessions.append_history(session, turn.committed)
         await services.sessions.save(session)  # playbook state changed in place
         services.record_turn(record)
@@ -306,6 +303,14 @@ class _Saying:
 
     def turn_taking(self, state: dict[str, Any]) -> dict[str, Any]:
         return {}
+
+
+def _unheard(committed: list[dict[str, Any]]) -> bool:
+    """A cut turn of which the user heard nothing and that used no tool: its user message and
+    at most an empty assistant message."""
+    return all(m.get("role") == "user" or (m.get("role") == "assistant" and not m.get("content")
+                                          and not m.get("tool_calls"))
+               for m in committed)
 
 
 def _turn_metrics(record: TurnRecord) -> TurnMetrics:

@@ -88,14 +88,17 @@ class BargeInJudge:
     def duck(self, echo_share: float | None = None) -> None:
         """A voiced run started while the agent talks: silence the agent until the candidate is
         judged (an interruption cancels the turn) or rejected (resume where it paused); not
-        for the agent's own echo."""
+        for the agent's own echo. Before the answer's first audio is out, that audio waits
+        for the judgement too: a user who goes on after a turn that ended too soon does not
+        hear its first syllables (a slow LLM's answer begins about when the words are judged)."""
         turn = self.conversation().interruptible_turn()
-        if turn is None or not self.playback.busy:
+        if turn is None:
             return
         if self.is_echo(self.echo_share() if echo_share is None else echo_share):
             return
+        playing = self.playback.busy
         self.playback.pause()
-        if turn.record.ducked is None:
+        if playing and turn.record.ducked is None:
             turn.record.ducked = time.monotonic()
 
     def candidate(self, record: TurnRecord, turn: Turn | None) -> bool:

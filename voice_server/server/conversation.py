@@ -179,8 +179,7 @@ class Conversation:
             return None
         # set before the cancellation yields: the job may go on to the history first
         self._cut_by_user = turn
-        await turn.cancel()  # what it committed is final now
-        await self.interrupt()
+        await self.interrupt()  # cancels the turn; what it committed is final now
         if not _unheard(turn.committed):
             return None
         log.debug("cut before a word of the answer was heard: the utterance is heard again "

@@ -335,7 +335,9 @@ class SupervisedWorker:
         self._fail_all(WorkerCrashed(f"the {self.stage} worker died ({how})"))
         if self.on_restart is not None:
             self.on_restart(self.stage)
-        said = await _said(words)  # the requests have failed already: only the log waits
+        # the requests have failed already; the restart waits for these words (up to 1 s; the
+        # pipe has mostly ended by now)
+        said = await _said(words)
         log.error("the %s worker died (%s)%s; %d request(s) in flight failed; restarting",
                   self.stage, how, f", saying: {said}" if said else "", in_flight)
         if self.state == WorkerState.CLOSED:

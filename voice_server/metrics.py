@@ -9,8 +9,9 @@ from dataclasses import asdict, dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-__all__ = ["Metrics", "TurnRecord", "session_tag"]
+__all__ = ["TURN_OUTCOMES", "Metrics", "TurnRecord", "session_tag"]
 
+TURN_OUTCOMES = ("completed", "interrupted", "taken_back", "error")
 _BUCKETS = (0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
 
 
@@ -41,6 +42,7 @@ class TurnRecord:
     ducked: float | None = None  # agent audio paused under a barge-in candidate
     audio_stopped: float | None = None
     interrupted: bool = False
+    taken_back: bool = False  # cut unheard by the user's next words, heard again with them
     error: str | None = None
     transcript: str = ""
     speculative_stt: bool = False  # STT started before the end of turn was confirmed
@@ -49,6 +51,12 @@ class TurnRecord:
     turn_decision: str = ""  # why (end_of_turn.Verdict.reason, or "silence")
     turn_probability: float | None = None  # the end-of-turn model's, when it answered
     playback_gaps_ms: list[float] = field(default_factory=list)  # next piece not ready in time
+
+    @property
+    def outcome(self) -> str:
+        """One of ``TURN_OUTCOMES``: how the turn ended."""
+        return ("error" if self.error else "taken_back" if self.taken_back
+                else "interrupted" if self.interrupted else "completed")
 
     def ms(self, start: float | None, end: float | None) -> float | None:
         return None if start is None or end is None else round((end - start) * 1000, 1)
@@ -107,7 +115,13 @@ class Metrics:
             "silence)", ["reason"], registry=r, buckets=_BUCKETS)
         self.turn_total = hist("voice_turn_seconds", "whole turn duration")
         self.barge_in = hist("voice_barge_in_seconds", "barge-in detected to agent audio stopped")
-        self.turns = Counter("voice_turns_total", "turns by outcome", ["outcome"], registry=r)
+        self.turns = Counter(
+            "voice_turns_total", "turns by outcome: completed, interrupted (the user cut in "
+            "on what they heard), taken_back (the turn ended too soon: the user went on "
+            "before a word of its answer was heard, and was answered once for both parts), "
+            "error", ["outcome"], registry=r)
+        for outcome in TURN_OUTCOMES:
+            self.turns.labels(outcome)
         self.errors = Counter("voice_errors_total", "errors sent to clients by code", ["code"],
                               registry=r)
         self.sessions = Gauge("voice_sessions_active", "sessions with a live connection",
@@ -145,8 +159,7 @@ class Metrics:
         if rec.speech_end is not None and rec.turn_decided is not None:
             self.end_of_turn.labels(rec.turn_decision or "silence").observe(
                 max(0.0, rec.turn_decided - rec.speech_end))
-        outcome = "error" if rec.error else "interrupted" if rec.interrupted else "completed"
-        self.turns.labels(outcome).inc()
+        self.turns.labels(rec.outcome).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -147,14 +147,21 @@ async def test_a_pause_after_words_that_go_on_does_not_end_the_turn(url, short_r
         assert len(final) == 1 and "system" in final[0].lower(), final
 
 
-async def test_words_that_cut_an_unheard_answer_join_the_turn_they_follow(url, rtc_llm,
-                                                                           make_speech):
+async def test_words_that_cut_an_unheard_answer_join_the_turn_they_follow(url, rtc_server,
+                                                                           rtc_llm, make_speech):
     """The turn ended too soon ("How many days are in a week?" is a finished question), and
     the user went on before a word of the answer was heard: that answer is dropped, and the
     first words are heard again with the new ones as one turn, answered once, with one user
     message in the history instead of two halves. Its first word was already shown (an
     ``llm-chunk``, so the client gets ``tts-cancelled``), not spoken: the first spoken piece
-    waits for three words, and the LLM stalls after two."""
+    waits for three words, and the LLM stalls after two. Prometheus counts the turn taken
+    back, so an operator sees how often turns end too soon."""
+
+    def turns(outcome: str) -> float:
+        return rtc_server.metrics.registry.get_sample_value("voice_turns_total",
+                                                            {"outcome": outcome})
+
+    counted = {o: turns(o) for o in ("taken_back", "interrupted", "completed")}
     rtc_llm.script.clear()
     rtc_llm.add(Reply(text="Seven days are in a week.", stall_after_words=2, stall_s=scaled(8)),
                 "Seven days, and twenty-four hours.")
@@ -176,6 +183,11 @@ async def test_words_that_cut_an_unheard_answer_join_the_turn_they_follow(url, r
         assert len(asked) == 2, [r["messages"][-1] for r in asked]
         users = [m["content"].lower() for m in asked[-1]["messages"] if m["role"] == "user"]
         assert len(users) == 1 and "week" in users[0] and "hours" in users[0], users
+    async with asyncio.timeout(scaled(10)):  # the answer is counted once its history is saved
+        while turns("completed") == counted["completed"]:  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+    assert {o: turns(o) - n for o, n in counted.items()} == {
+        "taken_back": 1, "interrupted": 0, "completed": 1}
 
 
 async def test_an_acknowledgement_does_not_stop_the_agent(url, rtc_server, rtc_llm,

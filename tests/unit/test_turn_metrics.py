@@ -32,3 +32,23 @@ def test_a_held_answer_to_unfinished_words_keeps_its_steps_apart() -> None:
     assert summary["stt_ms"] == pytest.approx(100.0)
     assert summary["llm_ttft_ms"] == pytest.approx(199.5)
     assert summary["overhead_ms"] == pytest.approx(10.5)
+
+
+def test_prometheus_counts_every_outcome_from_zero() -> None:
+    """``voice_turns_total`` has every outcome from the start (a rate of 0 can be graphed), and
+    a turn taken back is counted as that, not as the interruption that took it back."""
+    from voice_server.metrics import TURN_OUTCOMES, Metrics
+
+    metrics = Metrics()
+
+    def count(outcome: str) -> float | None:
+        return metrics.registry.get_sample_value("voice_turns_total", {"outcome": outcome})
+
+    assert {o: count(o) for o in TURN_OUTCOMES} == dict.fromkeys(TURN_OUTCOMES, 0.0)
+    records = [TurnRecord(session_id="s", interrupted=True, taken_back=True),
+               TurnRecord(session_id="s", interrupted=True),
+               TurnRecord(session_id="s", interrupted=True, error="LLM_ERROR"),
+               TurnRecord(session_id="s")]
+    for record in records:
+        metrics.record_turn(record)
+    assert {o: count(o) for o in TURN_OUTCOMES} == dict.fromkeys(TURN_OUTCOMES, 1.0)

@@ -328,9 +328,9 @@ class VoiceServer:
 
     def record_turn(self, record: TurnRecord) -> None:
         """Count a finished turn; keep it among ``last_turns`` when it got as far as a
-        transcript (benchmarks and tests read those)."""
+        transcript and was not taken back (benchmarks and tests read those)."""
         self.metrics.record_turn(record)
-        if record.stt_done is not None:
+        if record.stt_done is not None and not record.taken_back:
             self.last_turns.append(record)
 
     def ice_servers_for(self, session_id: str) -> list[dict[str, Any]]:

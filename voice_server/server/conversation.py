@@ -273,6 +273,8 @@ class Conversation:
         if self._cut_by_user is turn:
             self._cut_by_user = None
             if _unheard(turn.committed):  # heard again with what followed (cut_by_user)
+                record.taken_back = True
+                services.record_turn(record)  # counted, never sent: the client sees one turn
                 return
         await services.sessions.append_history(session, turn.committed)
         await services.sessions.save(session)  # playbook state changed in place

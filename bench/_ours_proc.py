@@ -58,12 +58,14 @@ def log_server_to(log_file: str | None) -> None:
 
 async def main() -> None:
     from voice_server.config import load_settings
+    from voice_server.metrics import TURN_OUTCOMES
     from voice_server.server.app import VoiceServer
 
     log_server_to(os.environ.get("BENCH_SERVER_LOG"))
     settings = load_settings(**json.loads(sys.argv[1]))
     lags: collections.deque[float] = collections.deque(maxlen=100_000)
     async with VoiceServer(settings) as server:
+        counted = dict.fromkeys(TURN_OUTCOMES, 0.0)
         watcher = asyncio.create_task(watch_loop_lag(lags), name="bench-loop-lag")
         print(json.dumps({"port": server.port}), flush=True)
         reader = asyncio.StreamReader()
@@ -75,8 +77,14 @@ async def main() -> None:
                     turns = []
                     while server.last_turns:  # the records since the last dump, once each
                         turns.append(server.last_turns.popleft())
+                    now = {o: server.metrics.registry.get_sample_value(
+                        "voice_turns_total", {"outcome": o}) or 0.0 for o in TURN_OUTCOMES}
                     out = {"turns": [record_json(r) for r in turns],
+                           # Prometheus' count since the last dump (taken-back turns are in
+                           # no turn record)
+                           "outcomes": {o: int(now[o] - counted[o]) for o in TURN_OUTCOMES},
                            "loop_lag_ms": sorted(lags)}
+                    counted = now
                     lags.clear()
                     print(json.dumps(out), flush=True)
         finally:

@@ -157,13 +157,17 @@ async def turn_taking_phase(systems: list[Any], fake: Any, speech: Any, story: n
                                "runs": over},
         }
         if dump:
+            # a turn that ended in a pause, cut before its answer was heard and heard again
+            # with the words after the pause (conversation.py): a false end, recovered
+            entry["pause_0_8s"]["turns_taken_back"] = dump["outcomes"]["taken_back"]
             entry["end_of_turn_reasons"] = end_of_turn_reasons(dump["turns"])
             entry["_turns"] = dump["turns"]
         out[system.name] = entry
         print(f"# {system.name} turn-taking: false end of turn "
               f"{entry['pause_0_8s']['false_end_of_turn']}/{len(paused)} ({asked} LLM "
               f"requests, the whole sentence in one message "
-              f"{entry['pause_0_8s']['whole_sentence_in_one_message']}), false barge-in "
+              f"{entry['pause_0_8s']['whole_sentence_in_one_message']}, turns taken back "
+              f"{entry['pause_0_8s'].get('turns_taken_back', '-')}), false barge-in "
               f"{entry['over_the_agent']['false_barge_in']}/{len(over)}", flush=True,
               file=sys.stderr)
     return out

@@ -9,6 +9,8 @@ way for voice_server and Pipecat, with an instant scripted LLM so only turn-taki
   user message holds words of both halves, rather than the second half after the first;
   ``--turn-llm-delay-ms`` gives the LLM the first-token time of a real one, so that a turn
   that ended in the pause can be cut before its answer is heard);
+- **pauses, embedded**: the pauses alone, answered by the embedded default model
+  (``--embedded``; ``paused_phase``);
 - **finished**: a finished question: voice-to-voice (end of speech -> first agent audio);
 - **over the agent**: while the agent tells a long story, an acknowledgement ("Mm-hmm.",
   "Yeah.", "Okay.", "Right.") or a noise under ~600 ms (a cough, a click, a door bang): a *false
@@ -28,7 +30,8 @@ import numpy as np
 from bench._peers import LOUD, _play, speech_bounds, turn, turn_end
 from voice_server.pipeline.audio import rms
 
-__all__ = ["PAUSED", "end_of_turn_reasons", "make_noises", "turn_taking_phase"]
+__all__ = ["PAUSED", "end_of_turn_reasons", "make_noises", "paused_phase",
+           "turn_taking_phase"]
 
 # (first half, second half): the first half alone would be a possible, if odd, sentence too
 PAUSED = [
@@ -64,7 +67,9 @@ def make_noises(seed: int = 7) -> dict[str, np.ndarray]:
 
 
 async def paused_turn(client: Any, first: np.ndarray, pause_s: float, second: np.ndarray,
-                      fake: Any, words: tuple[str, str]) -> dict[str, Any]:
+                      fake: Any | None, words: tuple[str, str]) -> dict[str, Any]:
+    """One paused sentence; ``whole`` from the scripted LLM's last request (``fake``), or
+    None without one (``paused_phase`` reads it from the server's turn records)."""
     silence = np.zeros(int(RATE * pause_s), dtype=np.int16)
     first_end = speech_bounds(first)[1]
     pcm = np.concatenate([first, silence, second])
@@ -72,11 +77,44 @@ async def paused_turn(client: Any, first: np.ndarray, pause_s: float, second: np
     first_end_at = result["speech_end"] - (speech_bounds(pcm)[1] - first_end)
     early = [t for t, p in client.heard
              if first_end_at < t < result["speech_end"] and rms(p) > LOUD]
+    if fake is None:
+        return {"false_end": bool(early), "v2v_ms": result["v2v_ms"], "whole": None}
     users = [m for m in fake.requests[-1]["messages"] if m["role"] == "user"] \
         if fake.requests else []
     asked = str(users[-1]["content"]).lower() if users else ""
     return {"false_end": bool(early), "v2v_ms": result["v2v_ms"],
             "whole": all(w in asked for w in words), "asked": asked}
+
+
+async def paused_phase(system: Any, speech: Any, cases: int) -> dict[str, Any]:
+    """The paused sentences alone, answered by voice_server's own LLM (``ours_embedded``: the
+    embedded default model, with its real first-token time). Per case, from the server's
+    records since the case began: the turns answered, the transcript of the last (does it hold
+    both halves?) and the turns taken back."""
+    picks = [i % len(PAUSED) for i in range(cases)]
+    runs = []
+    async with system.client() as client:
+        await client.negotiate()
+        await asyncio.sleep(0.5)
+        await system.dump()  # earlier phases' records
+        for k in picks:
+            first = speech(PAUSED[k][0], (1.0, 0.0))
+            second = speech(PAUSED[k][1], (0.0, 1.0))
+            run = await paused_turn(client, first, 0.8, second, None, PAUSED_WORDS[k])
+            dump = await system.dump()
+            answered = [str(t["transcript"]).lower() for t in dump["turns"]]
+            run.update(answers=len(answered), taken_back=dump["outcomes"]["taken_back"],
+                       heard=answered[-1] if answered else "",
+                       whole=bool(answered) and all(w in answered[-1] for w in PAUSED_WORDS[k]))
+            runs.append(run)
+    entry = {"cases": len(runs), "false_end_of_turn": sum(r["false_end"] for r in runs),
+             "turns_taken_back": sum(r["taken_back"] for r in runs),
+             "whole_sentence_in_one_turn": sum(r["whole"] for r in runs),
+             "v2v_ms": [r["v2v_ms"] for r in runs], "runs": runs}
+    print(f"# {system.name} paused sentences: false end of turn {entry['false_end_of_turn']}/"
+          f"{len(runs)}, turns taken back {entry['turns_taken_back']}, the whole sentence in "
+          f"one turn {entry['whole_sentence_in_one_turn']}", flush=True, file=sys.stderr)
+    return entry
 
 
 async def over_the_agent(client: Any, story: np.ndarray, sound: np.ndarray, *,

@@ -8,7 +8,9 @@ for voice_server then Pipecat, interleaved:
 
 1. local LLM: voice-to-voice at 1, 2 and 4 concurrent sessions (p50/p95/max), CPU and RSS of
    the server process (psutil), the server's own turn records and event-loop lag (ours);
-2. sequential connections: RSS after each of N connections (one turn each);
+2. sequential connections: RSS after each of N connections (one turn each); then, with
+   ``--embedded``, the turn-taking cases' paused sentences answered by the embedded default
+   model (``paused-embedded``: false ends, turns taken back);
 3. scripted LLM (instant, from ``tests/support/fake_openai.py``): the pipeline's floor and
    barge-in reaction (onset of interrupting speech -> agent audio silent) on a long answer;
 4. turn-taking (``bench/_turn_taking.py``, same scripted LLM): false ends of turn on 0.8 s
@@ -260,7 +262,7 @@ async def main() -> None:
     parser.add_argument("--only", default="", help="comma list of systems to run (ours, "
                         "ours_embedded, pipecat; default: all that are configured)")
     parser.add_argument("--skip", default="", help="comma list of phases to skip: "
-                        "load,connections,scripted,turn-taking")
+                        "load,connections,paused-embedded,scripted,turn-taking")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
 
@@ -293,6 +295,16 @@ async def main() -> None:
                 if "connections" not in skip and args.connections:
                     result["sequential_connections"] = await connections_phase(
                         systems, wavs, args.connections)
+                    save(args.json, result)
+                embedded = [s for s in systems if s.name == "ours_embedded"]
+                if "paused-embedded" not in skip and embedded and args.turn_cases:
+                    from bench._turn_taking import paused_phase
+
+                    with tempfile.TemporaryDirectory() as tmp:
+                        result["paused_embedded"] = await paused_phase(
+                            embedded[0],
+                            lambda text, pad: speech48k(text, Path(tmp), pad, args.voice),
+                            args.turn_cases)
                     save(args.json, result)
         if "scripted" not in skip:
             async with FakeOpenAI(default_text=SHORT) as fake:

@@ -65,6 +65,17 @@ def test_a_sentence_said_three_times_and_more_at_the_end_is_said_once() -> None:
     assert cut_restart("No. No.") == "No. No."
 
 
+def test_the_last_word_heard_again_after_a_pause_is_said_once() -> None:
+    """Whisper's "what is the capital of germany? germany?" for a question with a pause before
+    its last word; a word said again alone, or a reply that says more, stays."""
+    assert cut_restart("what is the capital of germany? germany?") == \
+        "what is the capital of germany?"
+    assert cut_restart("I would like a table for two. Two.") == "I would like a table for two."
+    for kept in ("Stop. Stop.", "No. No.", "Is it far? Far away?", "A table for two. Yes.",
+                 "What is the capital of? Germany."):
+        assert cut_restart(kept) == kept
+
+
 def test_a_number_said_again_and_again_alone_is_said_once() -> None:
     """tiny.en's "5 5" for a lone "Five." (it cannot count real repeats either)."""
     assert cut_restart("5 5") == "5"

@@ -76,6 +76,19 @@ def test_the_last_word_heard_again_after_a_pause_is_said_once() -> None:
         assert cut_restart(kept) == kept
 
 
+def test_three_words_and_more_said_twice_at_the_end_are_said_once() -> None:
+    """The end of a joined utterance heard twice; two words said again, or words said again
+    with others between, stay."""
+    assert cut_restart("my favorite color is blue. what is yours? blue. what is yours") == \
+        "my favorite color is blue. what is yours?"
+    assert cut_restart("book a table for two people, for two people") == \
+        "book a table for two people"
+    for kept in ("I love New York New York", "I flew from New York City to New York City",
+                 "We went to Paris and Paris was lovely", "Tell me about Tell me",
+                 "a b c d a b c e"):
+        assert cut_restart(kept) == kept
+
+
 def test_a_number_said_again_and_again_alone_is_said_once() -> None:
     """tiny.en's "5 5" for a lone "Five." (it cannot count real repeats either)."""
     assert cut_restart("5 5") == "5"

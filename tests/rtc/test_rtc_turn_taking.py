@@ -21,9 +21,8 @@ from voice_server.server.playout import Clip
 
 pytestmark = pytest.mark.slow
 
-# ~10 s of speech: the sounds over it come 1.5-2.5 s in; two sentences more only made the
-# suite longer
-# ~7 s of speech: every sound over it comes within its first 4 s
+# ~7 s of speech: every sound over it comes within its first 4 s; more sentences only made
+# the suite longer
 LONG_ANSWER = ("The weather today is sunny and warm, with a light breeze from the sea. In the "
                "morning the fishermen bring their boats into the harbour.")
 

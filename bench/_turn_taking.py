@@ -66,6 +66,15 @@ def make_noises(seed: int = 7) -> dict[str, np.ndarray]:
             "door": door.clip(-32000, 32000).astype(np.int16)}
 
 
+def paused_halves(speech: Any, cases: int) -> list[tuple[np.ndarray, np.ndarray,
+                                                           tuple[str, str]]]:
+    """``cases`` paused sentences, ``PAUSED`` in turn: each half spoken (``speech(text, pad)``
+    -> 48 kHz PCM) and the word of each half that speech to text must hear."""
+    picks = [i % len(PAUSED) for i in range(cases)]
+    return [(speech(PAUSED[k][0], (1.0, 0.0)), speech(PAUSED[k][1], (0.0, 1.0)),
+             PAUSED_WORDS[k]) for k in picks]
+
+
 async def paused_turn(client: Any, first: np.ndarray, pause_s: float, second: np.ndarray,
                       fake: Any | None, words: tuple[str, str]) -> dict[str, Any]:
     """One paused sentence; ``whole`` from the scripted LLM's last request (``fake``), or
@@ -91,21 +100,18 @@ async def paused_phase(system: Any, speech: Any, cases: int) -> dict[str, Any]:
     embedded default model, with its real first-token time). Per case, from the server's
     records since the case began: the turns answered, the transcript of the last (does it hold
     both halves?) and the turns taken back."""
-    picks = [i % len(PAUSED) for i in range(cases)]
     runs = []
     async with system.client() as client:
         await client.negotiate()
         await asyncio.sleep(0.5)
         await system.dump()  # earlier phases' records
-        for k in picks:
-            first = speech(PAUSED[k][0], (1.0, 0.0))
-            second = speech(PAUSED[k][1], (0.0, 1.0))
-            run = await paused_turn(client, first, 0.8, second, None, PAUSED_WORDS[k])
+        for first, second, words in paused_halves(speech, cases):
+            run = await paused_turn(client, first, 0.8, second, None, words)
             dump = await system.dump()
             answered = [str(t["transcript"]).lower() for t in dump["turns"]]
             run.update(answers=len(answered), taken_back=dump["outcomes"]["taken_back"],
                        heard=answered[-1] if answered else "",
-                       whole=bool(answered) and all(w in answered[-1] for w in PAUSED_WORDS[k]))
+                       whole=bool(answered) and all(w in answered[-1] for w in words))
             runs.append(run)
     entry = {"cases": len(runs), "false_end_of_turn": sum(r["false_end"] for r in runs),
              "turns_taken_back": sum(r["taken_back"] for r in runs),
@@ -152,9 +158,7 @@ async def turn_taking_phase(systems: list[Any], fake: Any, speech: Any, story: n
     spoken anew (Piper varies each rendition: one rendition replayed for every case made the
     counts move in steps of 4 or 3, by whether Whisper heard that one right), and every system
     gets the same audio."""
-    picks = [i % len(PAUSED) for i in range(cases)]
-    halves = [(speech(PAUSED[k][0], (1.0, 0.0)), speech(PAUSED[k][1], (0.0, 1.0)),
-               PAUSED_WORDS[k]) for k in picks]
+    halves = paused_halves(speech, cases)
     noises = make_noises()
     names = [*ACKNOWLEDGEMENTS, *noises]
     sounds = [(name, noises[name] if name in noises else speech(name, (0.0, 0.3)))

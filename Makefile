@@ -17,6 +17,9 @@ HYPERSWARM_BRIDGE := voice_server/adapters/host/hyperswarm
 # the reference llmrtc browser client + esbuild, for the compatibility test in tests/web
 REFERENCE_CLIENT := tests/web/reference_client
 SERVE_ARGS ?=
+# The suite runs on two pytest-xdist workers, a test file to each (0: one process); tests
+# marked `serial` run alone meanwhile (tests/support/serial.py)
+TEST_WORKERS ?= 2
 
 .PHONY: serve test install install-test system-test-deps node-test-deps lint clean
 
@@ -61,7 +64,8 @@ serve: install
 # and every other test can only ever reach 127.0.0.1 (made with sudo where the system does not
 # let users make one, as Ubuntu 23.10 and later; see the script).
 test: install-test
-	scripts/in-private-netns.sh $(PY) -m pytest -q -rs --durations=15 $(PYTEST_ARGS)
+	scripts/in-private-netns.sh $(PY) -m pytest -q -rs --durations=15 \
+	  -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check voice_server tests bench

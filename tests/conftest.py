@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.serial import hold_test_lock, lock_dir
+
 TIME_FACTOR = float(os.environ.get("VOICE_TEST_TIME_FACTOR", "1"))
 
 # Tests of the machinery (turns, workers, transports, playbooks) run the 135M model: it is
@@ -49,3 +51,11 @@ def make_speech(speech_dir: Path):
         return out.read_bytes()
 
     return make
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Each test holds the run's lock from its setup to its teardown: shared, or exclusive
+    when it is marked ``serial`` (tests/support/serial.py)."""
+    with hold_test_lock(lock_dir(), serial=item.get_closest_marker("serial") is not None):
+        return (yield)

@@ -116,6 +116,7 @@ def _small_model() -> str | None:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # a busy loop on one core: another worker's test would be a second one
 @pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None or _small_model() is None,
                     reason="the 'small' profile's model and llama-cpp-python are needed")
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,

@@ -122,6 +122,7 @@ async def test_commands_serve_and_chat(fake_openai, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # ~2,500 prompt tokens: beside another worker's test, over the 30 s limit
 async def test_embedded_local_model(local_model_available):
     """The host streams an answer from the bundled SmolLM2 model, also to an 8 KB prompt
     (about 2,500 tokens: more than the 2,048 a slot held before issue 18)."""

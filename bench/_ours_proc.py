@@ -66,6 +66,7 @@ async def main() -> None:
     lags: collections.deque[float] = collections.deque(maxlen=100_000)
     async with VoiceServer(settings) as server:
         counted = dict.fromkeys(TURN_OUTCOMES, 0.0)
+        counted_reasons: dict[str, float] = {}
         watcher = asyncio.create_task(watch_loop_lag(lags), name="bench-loop-lag")
         print(json.dumps({"port": server.port}), flush=True)
         reader = asyncio.StreamReader()
@@ -79,12 +80,20 @@ async def main() -> None:
                         turns.append(server.last_turns.popleft())
                     now = {o: server.metrics.registry.get_sample_value(
                         "voice_turns_total", {"outcome": o}) or 0.0 for o in TURN_OUTCOMES}
+                    reasons = {sample.labels["reason"]: sample.value
+                               for metric in server.metrics.registry.collect()
+                               for sample in metric.samples
+                               if sample.name == "voice_turns_taken_back_total"}
                     out = {"turns": [record_json(r) for r in turns],
                            # Prometheus' count since the last dump (taken-back turns are in
-                           # no turn record)
+                           # no turn record), and the end-of-turn reasons of those taken back
                            "outcomes": {o: int(now[o] - counted[o]) for o in TURN_OUTCOMES},
+                           "taken_back_reasons": {
+                               reason: int(value - counted_reasons.get(reason, 0.0))
+                               for reason, value in reasons.items()
+                               if value > counted_reasons.get(reason, 0.0)},
                            "loop_lag_ms": sorted(lags)}
-                    counted = now
+                    counted, counted_reasons = now, reasons
                     lags.clear()
                     print(json.dumps(out), flush=True)
         finally:

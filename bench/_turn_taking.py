@@ -21,6 +21,7 @@ way for voice_server and Pipecat, with an instant scripted LLM so only turn-taki
 from __future__ import annotations
 
 import asyncio
+import collections
 import sys
 import time
 from typing import Any
@@ -110,15 +111,20 @@ async def paused_phase(system: Any, speech: Any, cases: int) -> dict[str, Any]:
             dump = await system.dump()
             answered = [str(t["transcript"]).lower() for t in dump["turns"]]
             run.update(answers=len(answered), taken_back=dump["outcomes"]["taken_back"],
+                       taken_back_reasons=dump["taken_back_reasons"],
                        heard=answered[-1] if answered else "",
                        whole=bool(answered) and all(w in answered[-1] for w in words))
             runs.append(run)
     entry = {"cases": len(runs), "false_end_of_turn": sum(r["false_end"] for r in runs),
              "turns_taken_back": sum(r["taken_back"] for r in runs),
+             # the end-of-turn reasons that ended those turns too soon
+             "taken_back_reasons": dict(sum((collections.Counter(r["taken_back_reasons"])
+                                             for r in runs), collections.Counter())),
              "whole_sentence_in_one_turn": sum(r["whole"] for r in runs),
              "v2v_ms": [r["v2v_ms"] for r in runs], "runs": runs}
     print(f"# {system.name} paused sentences: false end of turn {entry['false_end_of_turn']}/"
-          f"{len(runs)}, turns taken back {entry['turns_taken_back']}, the whole sentence in "
+          f"{len(runs)}, turns taken back {entry['turns_taken_back']} "
+          f"{entry['taken_back_reasons']}, the whole sentence in "
           f"one turn {entry['whole_sentence_in_one_turn']}", flush=True, file=sys.stderr)
     return entry
 
@@ -202,6 +208,7 @@ async def turn_taking_phase(systems: list[Any], fake: Any, speech: Any, story: n
             # a turn that ended in a pause, cut before its answer was heard and heard again
             # with the words after the pause (conversation.py): a false end, recovered
             entry["pause_0_8s"]["turns_taken_back"] = dump["outcomes"]["taken_back"]
+            entry["pause_0_8s"]["taken_back_reasons"] = dump["taken_back_reasons"]
             entry["end_of_turn_reasons"] = end_of_turn_reasons(dump["turns"])
             entry["_turns"] = dump["turns"]
         out[system.name] = entry

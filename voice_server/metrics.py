@@ -122,6 +122,10 @@ class Metrics:
             "error", ["outcome"], registry=r)
         for outcome in TURN_OUTCOMES:
             self.turns.labels(outcome)
+        self.taken_back = Counter(
+            "voice_turns_taken_back_total", "turns taken back, by the end-of-turn reason that "
+            "ended them too soon (the reasons of voice_end_of_turn_seconds): which judge to "
+            "tune", ["reason"], registry=r)
         self.errors = Counter("voice_errors_total", "errors sent to clients by code", ["code"],
                               registry=r)
         self.sessions = Gauge("voice_sessions_active", "sessions with a live connection",
@@ -160,6 +164,8 @@ class Metrics:
             self.end_of_turn.labels(rec.turn_decision or "silence").observe(
                 max(0.0, rec.turn_decided - rec.speech_end))
         self.turns.labels(rec.outcome).inc()
+        if rec.outcome == "taken_back":
+            self.taken_back.labels(rec.turn_decision or "silence").inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -45,10 +45,14 @@ def test_prometheus_counts_every_outcome_from_zero() -> None:
         return metrics.registry.get_sample_value("voice_turns_total", {"outcome": outcome})
 
     assert {o: count(o) for o in TURN_OUTCOMES} == dict.fromkeys(TURN_OUTCOMES, 0.0)
-    records = [TurnRecord(session_id="s", interrupted=True, taken_back=True),
+    records = [TurnRecord(session_id="s", interrupted=True, taken_back=True,
+                          turn_decision="complete"),
                TurnRecord(session_id="s", interrupted=True),
                TurnRecord(session_id="s", interrupted=True, error="LLM_ERROR"),
                TurnRecord(session_id="s")]
     for record in records:
         metrics.record_turn(record)
     assert {o: count(o) for o in TURN_OUTCOMES} == dict.fromkeys(TURN_OUTCOMES, 1.0)
+    # and which decision ended it too soon
+    assert metrics.registry.get_sample_value(
+        "voice_turns_taken_back_total", {"reason": "complete"}) == 1.0

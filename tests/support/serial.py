@@ -25,12 +25,13 @@ __all__ = ["hold_test_lock", "lock_dir"]
 
 
 def lock_dir() -> Path | None:
-    """The lock files of this run, shared by its workers; None outside pytest-xdist."""
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if not run:
+    """The lock files, shared by the workers; None outside pytest-xdist. One folder per user,
+    not per run: nothing piles up in the temporary folder, and two runs at once keep each
+    other's serial tests alone too."""
+    if not os.environ.get("PYTEST_XDIST_TESTRUNUID"):
         return None
-    path = Path(tempfile.gettempdir()) / f"voice-server-tests-{run}"
-    path.mkdir(exist_ok=True)
+    path = Path(tempfile.gettempdir()) / f"voice-server-test-locks-{os.getuid()}"
+    path.mkdir(mode=0o700, exist_ok=True)
     return path
 
 

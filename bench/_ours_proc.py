@@ -80,10 +80,7 @@ async def main() -> None:
                         turns.append(server.last_turns.popleft())
                     now = {o: server.metrics.registry.get_sample_value(
                         "voice_turns_total", {"outcome": o}) or 0.0 for o in TURN_OUTCOMES}
-                    reasons = {sample.labels["reason"]: sample.value
-                               for metric in server.metrics.registry.collect()
-                               for sample in metric.samples
-                               if sample.name == "voice_turns_taken_back_total"}
+                    reasons = server.metrics.taken_back_by_reason()
                     out = {"turns": [record_json(r) for r in turns],
                            # Prometheus' count since the last dump (taken-back turns are in
                            # no turn record), and the end-of-turn reasons of those taken back

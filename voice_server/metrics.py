@@ -167,5 +167,10 @@ class Metrics:
         if rec.outcome == "taken_back":
             self.taken_back.labels(rec.turn_decision or "silence").inc()
 
+    def taken_back_by_reason(self) -> dict[str, float]:
+        """``voice_turns_taken_back_total`` by reason, for the reasons counted so far."""
+        return {sample.labels["reason"]: sample.value for metric in self.taken_back.collect()
+                for sample in metric.samples if sample.name == "voice_turns_taken_back_total"}
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

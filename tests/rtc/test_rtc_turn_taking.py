@@ -165,13 +165,8 @@ async def test_words_that_cut_an_unheard_answer_join_the_turn_they_follow(url, r
         return rtc_server.metrics.registry.get_sample_value("voice_turns_total",
                                                             {"outcome": outcome})
 
-    def taken_back_by_reason() -> dict[str, float]:
-        return {sample.labels["reason"]: sample.value
-                for metric in rtc_server.metrics.registry.collect() for sample in metric.samples
-                if sample.name == "voice_turns_taken_back_total"}
-
     counted = {o: turns(o) for o in ("taken_back", "interrupted", "completed")}
-    reasons_before = taken_back_by_reason()
+    reasons_before = rtc_server.metrics.taken_back_by_reason()
     rtc_llm.script.clear()
     rtc_llm.add(Reply(text="Seven days are in a week.", stall_after_words=2, stall_s=scaled(8)),
                 "Seven days, and twenty-four hours.")
@@ -201,7 +196,7 @@ async def test_words_that_cut_an_unheard_answer_join_the_turn_they_follow(url, r
     # with the reason that ended it: one that waits less than the 1.2 s pause (words judged
     # unfinished wait 1.6 s)
     grown = {reason: value - reasons_before.get(reason, 0.0)
-             for reason, value in taken_back_by_reason().items()
+             for reason, value in rtc_server.metrics.taken_back_by_reason().items()
              if value > reasons_before.get(reason, 0.0)}
     assert sum(grown.values()) == 1 and set(grown) <= {"complete", "unsure", "fallback",
                                                        "silence"}, grown

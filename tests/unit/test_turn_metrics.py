@@ -56,3 +56,4 @@ def test_prometheus_counts_every_outcome_from_zero() -> None:
     # and which decision ended it too soon
     assert metrics.registry.get_sample_value(
         "voice_turns_taken_back_total", {"reason": "complete"}) == 1.0
+    assert metrics.taken_back_by_reason() == {"complete": 1.0}

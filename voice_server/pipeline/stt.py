@@ -125,8 +125,8 @@ def _says_again(said: str, again: str, least: int) -> bool:
 def _cut_doubled_tail(text: str) -> str:
     """Three words or more at the end said twice in a row are said once: "my favorite color is
     blue. what is yours? blue. what is yours" (3 of 4 joined utterances in one run of the
-    latency benchmark's paused sentences, 0 of 4 in another; whether Whisper repeats them or
-    the joined audio holds them twice is not known yet)."""
+    latency benchmark's paused sentences, 0 of 4 in another). Whisper repeats them: the joined
+    audio of those utterances, written out, held each half once."""
     while True:
         spans = list(_RESTART_WORD.finditer(text))
         words = [m[0].lower() for m in spans]

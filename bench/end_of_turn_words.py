@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -31,6 +32,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from voice_server.workers import OFFLINE_ENVIRONMENT  # noqa: E402
+
+# onnxruntime (the Piper voice, Smart Turn, Pipecat's models) reads it when imported
+os.environ.update(OFFLINE_ENVIRONMENT)
 
 from bench.quality import QUESTIONS  # noqa: E402
 from voice_server.pipeline.audio import resample  # noqa: E402

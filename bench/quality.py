@@ -54,6 +54,10 @@ from typing import Any
 import websockets
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from voice_server.workers import OFFLINE_ENVIRONMENT  # noqa: E402
+
+# onnxruntime (the Piper voice, Smart Turn, Pipecat's models) reads it when imported
+os.environ.update(OFFLINE_ENVIRONMENT)
 from bench._ours_proc import log_server_to  # noqa: E402
 from bench._spoken_calls import (  # noqa: E402
     CALLERS,

@@ -41,6 +41,10 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from voice_server.workers import OFFLINE_ENVIRONMENT  # noqa: E402
+
+# onnxruntime (the Piper voice, Smart Turn, Pipecat's models) reads it when imported
+os.environ.update(OFFLINE_ENVIRONMENT)
 from bench._netns import reexec_in_private_netns  # noqa: E402
 from bench._systems import System, build_systems, start_llama, wait_http  # noqa: E402
 

@@ -13,12 +13,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from voice_server.workers import OFFLINE_ENVIRONMENT  # noqa: E402
+
+# onnxruntime (the Piper voice, Smart Turn, Pipecat's models) reads it when imported
+os.environ.update(OFFLINE_ENVIRONMENT)
 
 TEXT = "What is the capital of France?"
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.serial import hold_test_lock, lock_dir
+from voice_server.workers import OFFLINE_ENVIRONMENT
 
 TIME_FACTOR = float(os.environ.get("VOICE_TEST_TIME_FACTOR", "1"))
 
@@ -21,6 +22,9 @@ os.environ.setdefault("VOICE_SERVER_LLM_PROFILE", "tiny")
 # Nor do they have the model compute every bundled playbook's prompts after start (CPU the
 # tests' own turns need); tests/integration/test_warm_playbooks.py turns it on.
 os.environ.setdefault("VOICE_SERVER_WARM_PLAYBOOKS", "false")
+# Tests that load the Piper voice or Smart Turn in their own process keep onnxruntime offline
+# as the server's workers do (tests/integration/test_offline.py).
+os.environ.update(OFFLINE_ENVIRONMENT)
 
 
 def scaled(seconds: float) -> float:

@@ -1,12 +1,19 @@
 """Nothing phones home (issue 17): the server, its model workers included, runs a whole spoken
 turn without one attempt to reach an address beyond loopback (no DNS query, no telemetry).
-Every network system call of the server process tree is recorded with strace."""
+Every network system call of the server process tree is recorded with strace, and the cache
+folder where onnxruntime keeps its telemetry queue stays empty.
+
+onnxruntime (1.32) sends telemetry unless ``ORT_DISABLE_TELEMETRY=1`` is in the environment
+when it is imported (``voice_server.workers.OFFLINE_ENVIRONMENT``). Its upload comes ~30 s
+after the import, often after a short test's turn; the queue it writes at import is the
+witness that does not depend on timing."""
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
 import json
+import os
 import re
 import shutil
 import signal
@@ -20,6 +27,8 @@ import websockets
 
 from tests.conftest import scaled
 from tests.integration.test_ws_turn import audio_message
+from tests.support.netns import only_loopback
+from voice_server.workers import OFFLINE_ENVIRONMENT
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("strace") is None,
@@ -56,10 +65,39 @@ def test_the_trace_sees_an_attempt(tmp_path: Path) -> None:
     assert any("10.255.255.53" in a for a in addresses_beyond_loopback(log.read_text()))
 
 
+def _files_under(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+
+
+def _cache_after(code: str, cache: Path, **env: str) -> list[str]:
+    """The files that ``python -c code`` leaves in its cache folder (``XDG_CACHE_HOME``)."""
+    environment = {k: v for k, v in os.environ.items() if k != "ORT_DISABLE_TELEMETRY"}
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=scaled(60),
+                   env={**environment, "XDG_CACHE_HOME": str(cache), **env})
+    return _files_under(cache) if cache.exists() else []
+
+
+@pytest.mark.skipif(not only_loopback(), reason="onnxruntime's telemetry is turned on here: "
+                    "run it where nothing beyond loopback is reachable (make test)")
+def test_onnxruntime_keeps_telemetry_unless_its_variable_is_set(tmp_path: Path) -> None:
+    """Control, and a check on the installed onnxruntime: imported as such, it starts its
+    telemetry (a device id and an event queue in the user's cache); its
+    ``disable_telemetry_events()`` does not undo that; ``OFFLINE_ENVIRONMENT`` prevents it. If
+    an upgrade stops writing the queue, this fails: see whether the variable is still needed."""
+    queue = "Microsoft/DeveloperTools/.onnxruntime/deviceid"
+    assert queue in _cache_after("import onnxruntime", tmp_path / "plain")
+    assert queue in _cache_after("import onnxruntime; onnxruntime.disable_telemetry_events()",
+                                 tmp_path / "disabled")
+    assert _cache_after("import onnxruntime", tmp_path / "offline", **OFFLINE_ENVIRONMENT) == []
+
+
 async def test_a_whole_turn_reaches_nothing_beyond_loopback(tmp_path: Path, make_speech) -> None:
-    log = tmp_path / "server.trace"
+    log, cache = tmp_path / "server.trace", tmp_path / "cache"
+    # the server as a user starts it: nothing in its environment turns telemetry off
+    env = {**{k: v for k, v in os.environ.items() if k != "ORT_DISABLE_TELEMETRY"},
+           "XDG_CACHE_HOME": str(cache)}
     server = _strace(VOICE_SERVER, "serve", "--port", "0", "--log-level", "WARNING", log=log,
-                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     try:
         async with asyncio.timeout(scaled(180)):
             while not (line := await asyncio.to_thread(server.stdout.readline)).startswith(
@@ -79,3 +117,4 @@ async def test_a_whole_turn_reaches_nothing_beyond_loopback(tmp_path: Path, make
             child.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
     assert addresses_beyond_loopback(log.read_text()) == []
+    assert not cache.exists() or _files_under(cache) == []  # no telemetry queue

@@ -93,6 +93,16 @@ async def test_a_native_abort_is_logged_with_what_the_process_said(caplog, capfd
         assert "GGML_ASSERT(n_tokens > 0) failed\n" in capfd.readouterr().err
 
 
+async def test_a_worker_keeps_onnxruntime_offline_whatever_the_server_was_given(
+        monkeypatch) -> None:
+    """onnxruntime's telemetry stays off in every worker (``OFFLINE_ENVIRONMENT``), also when
+    the server's own environment says otherwise (tests/integration/test_offline.py shows what
+    the variable stops)."""
+    monkeypatch.setenv("ORT_DISABLE_TELEMETRY", "0")
+    async with _worker() as worker:
+        assert await worker.call("environment", "ORT_DISABLE_TELEMETRY") == "1"
+
+
 async def test_sigkill_ends_a_stream_with_the_crash() -> None:
     """Stream items arrive in order; SIGKILL of the worker mid-stream raises WorkerCrashed
     from the stream's next read."""

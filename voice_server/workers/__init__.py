@@ -4,6 +4,7 @@ the server's side)."""
 
 from .child import ServiceSpec
 from .supervisor import (
+    OFFLINE_ENVIRONMENT,
     RestartPolicy,
     SupervisedWorker,
     WorkerCallFailed,
@@ -16,6 +17,7 @@ from .supervisor import (
 )
 
 __all__ = [
+    "OFFLINE_ENVIRONMENT",
     "RestartPolicy",
     "ServiceSpec",
     "SupervisedWorker",

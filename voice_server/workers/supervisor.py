@@ -37,6 +37,15 @@ from .last_words import LastWords
 
 log = logging.getLogger(__name__)
 
+# What native model libraries read, when imported, to stay offline; forced in every worker.
+# onnxruntime (the Piper voice, Smart Turn) has sent "1DS" telemetry since 1.2x on Linux too: at
+# import it writes a device id and an event queue under ~/.cache/Microsoft/DeveloperTools, and
+# within ~30 s it resolves and posts to mobile.events.data.microsoft.com. Only this variable,
+# set to "1" before the import, stops all of it; ``onnxruntime.disable_telemetry_events()``
+# after the import stops neither the files nor the lookup (measured with 1.32.0:
+# tests/integration/test_offline.py).
+OFFLINE_ENVIRONMENT = {"ORT_DISABLE_TELEMETRY": "1"}
+
 
 class WorkerError(Exception):
     """Root of the worker errors."""
@@ -434,12 +443,13 @@ def _spawn(stage: str, spec: ServiceSpec, threads: int) -> tuple[subprocess.Pope
     it what to serve. A fresh interpreter, not a fork of a threaded server, and not
     ``multiprocessing``'s spawn, which runs the server's main module again in the child.
     Its stderr is relayed to ours (``LastWords``), without ggml's gdb backtrace on a crash
-    (``GGML_NO_BACKTRACE``: last_words.py)."""
+    (``GGML_NO_BACKTRACE``: last_words.py), and with ``OFFLINE_ENVIRONMENT`` over whatever
+    the server was given."""
     ours, theirs = socket.socketpair()
     with ours, theirs:
         # the child inherits the whole environment (not a read of settings: config.py owns
         # those), with our import path so it finds this package however we were started
-        env = {"GGML_NO_BACKTRACE": "1", **os.environ, **spec.env,
+        env = {"GGML_NO_BACKTRACE": "1", **os.environ, **spec.env, **OFFLINE_ENVIRONMENT,
                "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         proc = subprocess.Popen(
             [sys.executable, "-m", "voice_server.workers", stage, str(theirs.fileno())],

@@ -40,10 +40,21 @@ async def fake_llm() -> AsyncIterator[FakeOpenAI]:
 def _fresh_script(request: pytest.FixtureRequest) -> None:
     """A test that uses the scripted LLM starts with an empty script: a reply an earlier test
     queued and never asked for (its turn took another path, or failed) answered the next
-    test's first request (a booking's second note came first, and nothing was booked)."""
+    test's first request (a booking's second note came first, and nothing was booked). And on
+    the shared scripted server, it starts once every earlier test's session has ended, so
+    that no turn of theirs still in flight asks for a reply this test queues."""
+    if "scripted_server" in request.fixturenames:
+        request.getfixturevalue("_scripted_server_quiet")
     if "fake_llm" in request.fixturenames:
         fake: FakeOpenAI = request.getfixturevalue("fake_llm")
         fake.script.clear()
+
+
+@pytest_asyncio.fixture
+async def _scripted_server_quiet(scripted_server: VoiceServer) -> None:
+    async with asyncio.timeout(scaled(30)):
+        while scripted_server.live:  # noqa: ASYNC110 - polls state no event announces
+            await asyncio.sleep(0.02)
 
 
 @pytest_asyncio.fixture(scope="session")

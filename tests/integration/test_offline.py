@@ -11,6 +11,7 @@ witness that does not depend on timing."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import json
 import os
@@ -19,14 +20,17 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
 import websockets
 
 from tests.conftest import scaled
 from tests.integration.test_ws_turn import audio_message
+from tests.rtc.peer import RtcClient
 from tests.support.netns import only_loopback
 from voice_server.workers import OFFLINE_ENVIRONMENT
 
@@ -91,30 +95,54 @@ def test_onnxruntime_keeps_telemetry_unless_its_variable_is_set(tmp_path: Path) 
     assert _cache_after("import onnxruntime", tmp_path / "offline", **OFFLINE_ENVIRONMENT) == []
 
 
-async def test_a_whole_turn_reaches_nothing_beyond_loopback(tmp_path: Path, make_speech) -> None:
+@contextlib.asynccontextmanager
+async def _traced_server(tmp_path: Path, *flags: str) -> AsyncIterator[str]:
+    """``voice-server serve`` under strace, as a user starts it (nothing in its environment
+    turns telemetry off); yields its WebSocket URL. On leaving, after it stopped: no system
+    call of its process tree tried an address beyond loopback, and its cache folder holds no
+    telemetry queue."""
     log, cache = tmp_path / "server.trace", tmp_path / "cache"
-    # the server as a user starts it: nothing in its environment turns telemetry off
     env = {**{k: v for k, v in os.environ.items() if k != "ORT_DISABLE_TELEMETRY"},
            "XDG_CACHE_HOME": str(cache)}
-    server = _strace(VOICE_SERVER, "serve", "--port", "0", "--log-level", "WARNING", log=log,
-                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    server = _strace(VOICE_SERVER, "serve", "--port", "0", "--log-level", "WARNING", *flags,
+                     log=log, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     try:
         async with asyncio.timeout(scaled(180)):
             while not (line := await asyncio.to_thread(server.stdout.readline)).startswith(
                     "voice-server ready"):
                 assert line, "the server ended before it was ready"
-        url = re.search(r"ws://\S+/ws", line).group(0)
-        async with websockets.connect(url, max_size=None) as ws:
-            assert json.loads(await ws.recv())["type"] == "ready"
-            await ws.send(json.dumps(audio_message(make_speech("What is the capital of France?"))))
-            seen = []
-            async with asyncio.timeout(scaled(120)):
-                while not seen or seen[-1] != "tts-complete":
-                    seen.append(json.loads(await ws.recv())["type"])
-        assert {"transcript", "llm", "tts-chunk"} <= set(seen), seen
+        yield re.search(r"ws://\S+/ws", line).group(0)
     finally:
         for child in psutil.Process(server.pid).children():  # the server, traced by strace
             child.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
     assert addresses_beyond_loopback(log.read_text()) == []
     assert not cache.exists() or _files_under(cache) == []  # no telemetry queue
+
+
+async def test_a_whole_turn_reaches_nothing_beyond_loopback(tmp_path: Path, make_speech) -> None:
+    async with _traced_server(tmp_path) as url, \
+            websockets.connect(url, max_size=None) as ws:
+        assert json.loads(await ws.recv())["type"] == "ready"
+        await ws.send(json.dumps(audio_message(make_speech("What is the capital of France?"))))
+        seen = []
+        async with asyncio.timeout(scaled(120)):
+            while not seen or seen[-1] != "tts-complete":
+                seen.append(json.loads(await ws.recv())["type"])
+    assert {"transcript", "llm", "tts-chunk"} <= set(seen), seen
+
+
+@pytest.mark.skipif(not only_loopback(), reason="WebRTC runs only in a private network "
+                    "namespace (make test)")
+async def test_a_webrtc_turn_reaches_nothing_beyond_loopback(tmp_path: Path,
+                                                             make_speech) -> None:
+    """The same over WebRTC (ICE on 127.0.0.1, no ICE servers configured): aiortc's default
+    STUN server (Google's) is never asked, and the answer's audio arrives."""
+    async with _traced_server(tmp_path, "--ice-host-addresses", "127.0.0.1",
+                              "--ice-candidate-allow", "127.0.0.1") as url, \
+            RtcClient(url) as client:
+        await client.negotiate()
+        client.say(make_speech("What is the capital of France?", rate=48000, pad=(1.0, 1.5)))
+        await client.wait_for("tts-complete", timeout=scaled(120))
+        assert client.messages("transcript")
+        assert max(int(np.abs(pcm).max()) for _, pcm in client.heard) > 1000  # the answer

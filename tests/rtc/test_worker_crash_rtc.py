@@ -18,7 +18,7 @@ from tests.rtc.peer import RtcClient
 from voice_server.config import load_settings
 from voice_server.pipeline.audio import rms
 from voice_server.server.app import VoiceServer
-from voice_server.workers import WorkerState
+from voice_server.workers import RestartPolicy, WorkerState
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +37,10 @@ def workers(server: VoiceServer) -> list:
     return [server.stt.worker, server.tts.worker, server.router.providers["local"].worker]
 
 
-async def test_killing_every_worker_mid_turn_costs_one_turn(server, make_speech) -> None:
+async def test_killing_every_worker_mid_turn_costs_one_turn(server, make_speech,
+                                                           monkeypatch) -> None:
+    for worker in workers(server):  # restarts wait 3 s, so /health is read while they pend
+        monkeypatch.setattr(worker, "policy", RestartPolicy(first_delay_s=3.0))
     me = psutil.Process()
     pids = {w.pid for w in workers(server)}
     assert pids <= {child.pid for child in me.children()}  # they are this server's processes

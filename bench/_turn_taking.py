@@ -96,6 +96,28 @@ async def paused_turn(client: Any, first: np.ndarray, pause_s: float, second: np
             "whole": all(w in asked for w in words), "asked": asked}
 
 
+async def _records_of_the_case(system: Any, wait_s: float = 20.0
+                               ) -> tuple[list[dict[str, Any]], int, collections.Counter]:
+    """The server's turn records, turns taken back and their reasons since the last dump. A
+    turn is recorded once its answer has played out, which may be after the client's quiet
+    wait (a case once counted no answer, and the next case two): this waits up to ``wait_s``
+    for at least one record."""
+    turns: list[dict[str, Any]] = []
+    taken_back, reasons = 0, collections.Counter()
+    deadline = time.monotonic() + wait_s
+    while True:
+        dump = await system.dump()
+        turns += dump["turns"]
+        taken_back += dump["outcomes"]["taken_back"]
+        reasons.update(dump["taken_back_reasons"])
+        if turns or time.monotonic() > deadline:
+            if time.monotonic() - deadline + wait_s > 0.5:
+                print(f"# the case's turn record came {time.monotonic() - deadline + wait_s:.1f}"
+                      " s after the answer went quiet", flush=True, file=sys.stderr)
+            return turns, taken_back, reasons
+        await asyncio.sleep(0.25)
+
+
 async def paused_phase(system: Any, speech: Any, cases: int) -> dict[str, Any]:
     """The paused sentences alone, answered by voice_server's own LLM (``ours_embedded``: the
     embedded default model, with its real first-token time). Per case, from the server's
@@ -108,10 +130,10 @@ async def paused_phase(system: Any, speech: Any, cases: int) -> dict[str, Any]:
         await system.dump()  # earlier phases' records
         for first, second, words in paused_halves(speech, cases):
             run = await paused_turn(client, first, 0.8, second, None, words)
-            dump = await system.dump()
-            answered = [str(t["transcript"]).lower() for t in dump["turns"]]
-            run.update(answers=len(answered), taken_back=dump["outcomes"]["taken_back"],
-                       taken_back_reasons=dump["taken_back_reasons"],
+            turns, taken_back, reasons = await _records_of_the_case(system)
+            answered = [str(t["transcript"]).lower() for t in turns]
+            run.update(answers=len(answered), taken_back=taken_back,
+                       taken_back_reasons=dict(reasons),
                        heard=answered[-1] if answered else "",
                        whole=bool(answered) and all(w in answered[-1] for w in words))
             runs.append(run)

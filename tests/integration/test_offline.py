@@ -70,15 +70,22 @@ def test_the_trace_sees_an_attempt(tmp_path: Path) -> None:
 
 
 def _files_under(folder: Path) -> list[str]:
+    """The files in ``folder`` (none when it does not exist)."""
     return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
 
 
+def _as_a_user_runs_it(cache: Path) -> dict[str, str]:
+    """Our environment without the variable that turns onnxruntime's telemetry off (as a
+    user's is), with ``cache`` as the cache folder (``XDG_CACHE_HOME``)."""
+    return {**{k: v for k, v in os.environ.items() if k != "ORT_DISABLE_TELEMETRY"},
+            "XDG_CACHE_HOME": str(cache)}
+
+
 def _cache_after(code: str, cache: Path, **env: str) -> list[str]:
-    """The files that ``python -c code`` leaves in its cache folder (``XDG_CACHE_HOME``)."""
-    environment = {k: v for k, v in os.environ.items() if k != "ORT_DISABLE_TELEMETRY"}
+    """The files that ``python -c code`` leaves in its cache folder."""
     subprocess.run([sys.executable, "-c", code], check=True, timeout=scaled(60),
-                   env={**environment, "XDG_CACHE_HOME": str(cache), **env})
-    return _files_under(cache) if cache.exists() else []
+                   env={**_as_a_user_runs_it(cache), **env})
+    return _files_under(cache)
 
 
 @pytest.mark.skipif(not only_loopback(), reason="onnxruntime's telemetry is turned on here: "
@@ -102,10 +109,9 @@ async def _traced_server(tmp_path: Path, *flags: str) -> AsyncIterator[str]:
     call of its process tree tried an address beyond loopback, and its cache folder holds no
     telemetry queue."""
     log, cache = tmp_path / "server.trace", tmp_path / "cache"
-    env = {**{k: v for k, v in os.environ.items() if k != "ORT_DISABLE_TELEMETRY"},
-           "XDG_CACHE_HOME": str(cache)}
     server = _strace(VOICE_SERVER, "serve", "--port", "0", "--log-level", "WARNING", *flags,
-                     log=log, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+                     log=log, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                     env=_as_a_user_runs_it(cache))
     try:
         async with asyncio.timeout(scaled(180)):
             while not (line := await asyncio.to_thread(server.stdout.readline)).startswith(
@@ -117,7 +123,7 @@ async def _traced_server(tmp_path: Path, *flags: str) -> AsyncIterator[str]:
             child.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
     assert addresses_beyond_loopback(log.read_text()) == []
-    assert not cache.exists() or _files_under(cache) == []  # no telemetry queue
+    assert _files_under(cache) == []  # no telemetry queue
 
 
 async def test_a_whole_turn_reaches_nothing_beyond_loopback(tmp_path: Path, make_speech) -> None:

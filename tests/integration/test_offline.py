@@ -74,10 +74,19 @@ def _files_under(folder: Path) -> list[str]:
     return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
 
 
+# onnxruntime starts no telemetry where one of these is set (it takes them for a CI service's),
+# so a CI run would not see what a user's machine does; they are the names in its library.
+_CI_MARKERS = {"CI", "TF_BUILD", "GITHUB_ACTIONS", "GITLAB_CI", "CIRCLECI", "TRAVIS",
+               "JENKINS_URL", "CODEBUILD_BUILD_ID", "BUILDKITE", "TEAMCITY_VERSION", "APPVEYOR",
+               "BITBUCKET_BUILD_NUMBER"}
+
+
 def _as_a_user_runs_it(cache: Path) -> dict[str, str]:
-    """Our environment without the variable that turns onnxruntime's telemetry off (as a
-    user's is), with ``cache`` as the cache folder (``XDG_CACHE_HOME``)."""
-    return {**{k: v for k, v in os.environ.items() if k != "ORT_DISABLE_TELEMETRY"},
+    """Our environment as a user's is: without the variable that turns onnxruntime's
+    telemetry off and without the marks of a CI service; ``cache`` as the cache folder
+    (``XDG_CACHE_HOME``)."""
+    dropped = _CI_MARKERS | {"ORT_DISABLE_TELEMETRY"}
+    return {**{k: v for k, v in os.environ.items() if k not in dropped},
             "XDG_CACHE_HOME": str(cache)}
 
 
@@ -100,6 +109,8 @@ def test_onnxruntime_keeps_telemetry_unless_its_variable_is_set(tmp_path: Path) 
     assert queue in _cache_after("import onnxruntime; onnxruntime.disable_telemetry_events()",
                                  tmp_path / "disabled")
     assert _cache_after("import onnxruntime", tmp_path / "offline", **OFFLINE_ENVIRONMENT) == []
+    assert _cache_after("import onnxruntime", tmp_path / "ci", CI="true") == [], \
+        "onnxruntime no longer skips telemetry on a CI service: check _CI_MARKERS"
 
 
 @contextlib.asynccontextmanager

@@ -26,9 +26,9 @@ async def test_a_piece_queued_after_the_last_one_ended_is_a_gap() -> None:
     output = PlayoutSpeechOutput(track, _emit)
     stop = asyncio.Event()
     pump = asyncio.create_task(_pump(track, stop))
-    piece = np.full(RATE // 25, 1000, dtype=np.int16)  # 40 ms at 48 kHz
+    long, piece = np.full(RATE, 1000, dtype=np.int16), np.full(RATE // 25, 1000, dtype=np.int16)
     try:
-        await output.play("one", piece, RATE)
+        await output.play("one", long, RATE)  # 1 s: time to spare for resampling the next
         await output.play("two", piece, RATE)  # queued while one plays: no gap
         await output.drain()
         await asyncio.sleep(0.15)  # the track plays silence: the next piece is late

@@ -153,6 +153,8 @@ async def concurrency_phase(systems: list[System], wavs, levels: list[int], turn
                 # a gap: the answer's next piece was not ready when the previous one ended
                 entry["server"]["turns_with_gap_over_100ms"] = sum(
                     t["longest_gap_ms"] > 100 for t in recs)
+                # pieces cut at a word so the speech would not run dry (pipeline/pacing.py)
+                entry["server"]["early_cuts"] = sum(t.get("early_cuts", 0) for t in recs)
                 entry["server"]["speculative_stt_used"] = sum(t["speculative_stt"]
                                                               for t in recs)
                 # nobody interrupts on purpose here: a cut answer means the client heard

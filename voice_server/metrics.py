@@ -51,6 +51,7 @@ class TurnRecord:
     turn_decision: str = ""  # why (end_of_turn.Verdict.reason, or "silence")
     turn_probability: float | None = None  # the end-of-turn model's, when it answered
     playback_gaps_ms: list[float] = field(default_factory=list)  # next piece not ready in time
+    early_cuts: int = 0  # pieces cut at a word because the speech would run dry (pacing.py)
 
     @property
     def outcome(self) -> str:
@@ -75,6 +76,7 @@ class TurnRecord:
             "barge_in_ms": self.ms(self.barge_in_detected, self.audio_stopped),
             "overhead_ms": self.overhead_ms(),
             "longest_gap_ms": max(self.playback_gaps_ms, default=0.0),
+            "early_cuts": self.early_cuts,
             "interrupted": self.interrupted,
             "error": self.error,
         }

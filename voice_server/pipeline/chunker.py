@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["SentenceChunker"]
+__all__ = ["SentenceChunker", "spoken_words"]
 
 _END = re.compile(r"([.!?…]+[\"')\]]*|\n+)(\s+|$)")
 _CLAUSE = re.compile(r"[,;:—](\s+)")
 _WORD = re.compile(r"\S+")
+_LAST_SPACE = re.compile(r"\s(?=\S*\Z)")
 _ABBREV = {"mr", "mrs", "ms", "dr", "prof", "st", "vs", "etc", "e.g", "i.e", "no", "jr", "sr"}
 
 
@@ -45,6 +46,21 @@ class SentenceChunker:
         while piece := self._take():
             out.append(piece)
         return out
+
+    def complete_words(self) -> int:
+        """How many words the whole words held are said in (the last one may continue in the
+        next delta unless a space follows it)."""
+        return spoken_words(self._buf[:_last_space(self._buf)])
+
+    def take_words(self, min_words: int = 2) -> str | None:
+        """The whole words held, as a piece now (speech would otherwise run dry: pacing.py):
+        at least ``min_words`` of them, never ending right after a number (its digits may go
+        on: "2" then ",150"); None otherwise."""
+        end = _last_space(self._buf)
+        words = self._buf[:end].split()
+        if len(words) < min_words or _has_digit(words[-1]):
+            return None
+        return self._cut(end)
 
     def drop(self, chars: int) -> None:
         """Forget the last ``chars`` characters fed, those not yet emitted (a loop the answer
@@ -112,11 +128,10 @@ class SentenceChunker:
         count = 0
         for match in _WORD.finditer(self._buf, 0, sentence_end or len(self._buf)):
             word = match.group()
-            digits = sum(c.isdigit() for c in word)
-            count += min(digits, 6) if digits else 1  # "2,150,000" is said in many words
+            count += spoken_words(word)
             if match.end() == len(self._buf):
                 return None  # the word may continue in the next delta
-            if count >= max_words and not digits:
+            if count >= max_words and not _has_digit(word):
                 if sentence_end is not None and len(
                         self._buf[match.end():sentence_end].split()) < 3:
                     return None
@@ -129,6 +144,23 @@ class SentenceChunker:
             return self._take() if self._buf else None
         self._emitted += 1
         return piece
+
+
+def spoken_words(text: str) -> int:
+    """About how many words ``text`` is said in: a number one per digit, up to 6
+    ("2,150,000" is "two million one hundred fifty thousand")."""
+    return sum(min(digits, 6) if (digits := sum(c.isdigit() for c in word)) else 1
+               for word in text.split())
+
+
+def _has_digit(word: str) -> bool:
+    return any(c.isdigit() for c in word)
+
+
+def _last_space(text: str) -> int:
+    """Where the last whitespace in ``text`` ends the words before it (0: none)."""
+    match = _LAST_SPACE.search(text)
+    return match.start() if match else 0
 
 
 def _speakable(text: str) -> bool:

@@ -8,6 +8,7 @@ outbound track; ``ChunkMessageOutput`` sends ``tts-start`` / ``tts-chunk`` messa
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -54,6 +55,11 @@ class SpeechOutput(Protocol):
         """Return once everything queued has been played (or sent)."""
         ...
 
+    def ahead_s(self) -> float:
+        """Seconds of this turn's audio queued and not yet played: how long the listener
+        hears speech before silence if nothing more comes."""
+        ...
+
     def cancel(self) -> bool:
         """Barge-in: drop everything not yet played; True if audio was cut."""
         ...
@@ -69,6 +75,8 @@ class ChunkMessageOutput:
         self._started = False
         self.heard = HeardText()
         self.gaps_ms: list[float] = []  # the client paces playback: gaps are its to see
+        self._ends_at = 0.0  # when the client will have played what it was sent, if it plays
+        # each chunk on arrival or after the one before (the reference client does)
 
     async def play(self, text: str, pcm: np.ndarray, sample_rate: int) -> None:
         if not self._started:
@@ -78,9 +86,13 @@ class ChunkMessageOutput:
         await self._emit(TTSChunk(format="pcm", sample_rate=sample_rate,
                                   data=pcm_to_base64(pcm)))
         self.heard.played += 1
+        self._ends_at = max(self._ends_at, time.monotonic()) + len(pcm) / sample_rate
 
     async def drain(self) -> None:
         return None
+
+    def ahead_s(self) -> float:
+        return max(0.0, self._ends_at - time.monotonic())
 
     def cancel(self) -> bool:
         return self._started
@@ -128,6 +140,9 @@ class HeldOutput:
     async def drain(self) -> None:
         await self._released.wait()
         await self._inner.drain()
+
+    def ahead_s(self) -> float:
+        return self._inner.ahead_s()
 
     def cancel(self) -> bool:
         return self._inner.cancel() if self._released.is_set() else False

@@ -40,7 +40,8 @@ from ..protocol import (
 )
 from .answer_guard import AnswerGuard
 from .audio import trim_leading_silence, trim_trailing_silence
-from .chunker import SentenceChunker
+from .chunker import SentenceChunker, spoken_words
+from .pacing import Pacing
 from .speech import SpeechOutput
 from .speech_text import speech_text
 from .tts import PiperTTS, TTSError
@@ -184,7 +185,8 @@ class Turn:
     def __init__(self, *, ctx: TurnContext, responder: Responder, tts: PiperTTS,
                  output: SpeechOutput, record: TurnRecord,
                  chunker: Callable[[], SentenceChunker] = SentenceChunker,
-                 guard: Callable[[], AnswerGuard] = AnswerGuard) -> None:
+                 guard: Callable[[], AnswerGuard] = AnswerGuard,
+                 pacing: Callable[[], Pacing] = Pacing) -> None:
         self.ctx = ctx
         self.record = record
         self._responder = responder
@@ -197,6 +199,8 @@ class Turn:
         self._new_chunker = chunker
         self._new_guard = guard
         self.committed: list[dict[str, Any]] = []
+        self._pacing = pacing()
+        self._synthesizing = False  # a piece is with Piper or on its way to the output
         self._streamed = False  # an llm-chunk went out: the client shows an answer in progress
         self._answered = False  # the final ``llm`` went out
 
@@ -286,7 +290,16 @@ class Turn:
                 await self._emit(LLMChunk(content=held, done=False))
                 self._streamed = True
             held = delta
-            for piece in chunker.feed(delta):
+            self._pacing.delta(time.monotonic())
+            pieces = chunker.feed(delta)
+            for piece in pieces:
+                queue_piece(piece)
+            if not pieces and self._speech_runs_dry(sentences, chunker.complete_words()) and (
+                    piece := chunker.take_words()) is not None:
+                rec.early_cuts += 1
+                log.debug("speech about to run dry (%.0f ms ahead, a delta every %.0f ms): "
+                          "%r spoken now (session %s)", self._output.ahead_s() * 1000,
+                          self._pacing.token_s * 1000, piece, session_tag(rec.session_id))
                 queue_piece(piece)
 
         def queue_piece(piece: str) -> None:
@@ -315,6 +328,7 @@ class Turn:
                     # would otherwise slow that synthesis down (a local model pauses: its
                     # token hand-off is bounded).
                     await self._first_synthesized.wait()
+                    self._pacing.paused()
         except LLMError as exc:
             if self._text:
                 # mid-answer: the whole pieces already given to speech are still spoken and
@@ -349,6 +363,14 @@ class Turn:
             await self._emit(UsageReport(input_tokens=self.ctx.usage.input_tokens,
                                          output_tokens=self.ctx.usage.output_tokens))
 
+    def _speech_runs_dry(self, sentences: asyncio.Queue[Piece | None], words: int) -> bool:
+        """Whether the audio playing now would end before a piece written after the next
+        delta could follow it (pacing.py): only once speech has begun and nothing else is on
+        its way to it."""
+        return (self.record.first_audio is not None and sentences.empty()
+                and not self._synthesizing
+                and self._pacing.running_dry(self._output.ahead_s(), words))
+
     async def _llm_failed(self, exc: LLMError) -> None:
         self.record.error = "LLM_TIMEOUT" if isinstance(exc, LLMTimeout) else "LLM_ERROR"
         log.warning("%s in session %s: %s", self.record.error, session_tag(self.record.session_id),
@@ -371,21 +393,30 @@ class Turn:
     async def _speak_all(self, sentences: asyncio.Queue[Piece | None]) -> None:
         rec = self.record
         while (piece := await sentences.get()) is not None:
+            self._synthesizing = True
             text, said = piece
             first = rec.tts_synth_start is None
+            began = time.monotonic()
             if first:
-                rec.tts_synth_start = time.monotonic()
+                rec.tts_synth_start = began
             pcm = await self._tts.synthesize(said, urgent=first)
+            took, words = time.monotonic() - began, spoken_words(said)
+            self._pacing.synthesized(words, took)
+            log.debug("piece of %d words synthesized in %.0f ms, %.0f ms of audio ahead "
+                      "(session %s)", words, took * 1000,
+                      self._output.ahead_s() * 1000, session_tag(rec.session_id))
             if first:
                 rec.tts_synth_done = time.monotonic()
                 self._first_synthesized.set()
             if len(pcm) == 0:
+                self._synthesizing = False
                 continue
             if first:  # nothing plays before it: its leading silence is pure latency
                 pcm = trim_leading_silence(pcm, self._tts.sample_rate)
             if not said.endswith(_PAUSE_MARKS):  # cut mid-sentence (chunker.py)
                 pcm = trim_trailing_silence(pcm, self._tts.sample_rate)
             await self._output.play(text, pcm, self._tts.sample_rate)
+            self._synthesizing = False
             if self.record.first_audio is None:
                 self.record.first_audio = time.monotonic()
 

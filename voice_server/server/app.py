@@ -30,6 +30,7 @@ from ..llm.types import LoadsModel, ReachedRemotely
 from ..metrics import Metrics, TurnRecord, session_tag
 from ..pipeline.answer_guard import AnswerGuard
 from ..pipeline.chunker import SentenceChunker
+from ..pipeline.pacing import Pacing
 from ..pipeline.stt import WhisperSTT
 from ..pipeline.tts import PiperTTS
 from ..pipeline.turn import ChatResponder, HistoryWindow, Responder
@@ -73,6 +74,7 @@ class VoiceServer:
             SentenceChunker, first_max_words=settings.tts_first_piece_words,
             second_max_words=settings.tts_second_piece_words,
             max_chars=settings.tts_max_piece_chars)
+        self.new_pacing = functools.partial(Pacing, enabled=settings.tts_keep_speaking)
         self.history_window = HistoryWindow.from_settings(settings)
         self.new_guard = functools.partial(
             AnswerGuard, max_chars=settings.answer_max_chars, fallback=settings.empty_answer_text,

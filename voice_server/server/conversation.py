@@ -29,6 +29,7 @@ from ..metrics import TurnRecord, session_tag
 from ..pipeline.answer_guard import AnswerGuard
 from ..pipeline.chunker import SentenceChunker
 from ..pipeline.end_of_turn import Ending
+from ..pipeline.pacing import Pacing
 from ..pipeline.speech import SpeechOutput
 from ..pipeline.stt import Hearing, STTError
 from ..pipeline.turn import Responder, Turn, TurnContext
@@ -75,6 +76,7 @@ class ConversationServices(Protocol):
     input_budget: MemoryBudget
     new_chunker: Callable[[], SentenceChunker]
     new_guard: Callable[[], AnswerGuard]
+    new_pacing: Callable[[], Pacing]
 
     def responder_for(self, session: Session) -> Responder: ...
 
@@ -236,7 +238,7 @@ class Conversation:
                           state=session.state)
         turn = Turn(ctx=ctx, responder=_Saying(text), tts=services.tts, output=output,
                     record=TurnRecord(session_id=session.id), chunker=services.new_chunker,
-                    guard=services.new_guard)
+                    guard=services.new_guard, pacing=services.new_pacing)
         self._turn, self._turn_job = turn, asyncio.current_task()
         turn.start()
         await turn.wait()
@@ -264,7 +266,7 @@ class Conversation:
                           state=session.state)
         turn = Turn(ctx=ctx, responder=services.responder_for(session), tts=services.tts,
                     output=output, record=record, chunker=services.new_chunker,
-                    guard=services.new_guard)
+                    guard=services.new_guard, pacing=services.new_pacing)
         self._turn, self._turn_job = turn, asyncio.current_task()
         turn.start()
         await turn.wait()

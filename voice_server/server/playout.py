@@ -98,6 +98,10 @@ class PlayoutSpeechOutput:
         if self._clips:
             await self._clips[-1].finished.wait()
 
+    def ahead_s(self) -> float:
+        samples = sum(len(c.pcm) - c.pos for c in self._clips if not c.finished.is_set())
+        return samples / self._queue.rate
+
     def cancel(self) -> bool:
         playing = any(not c.finished.is_set() for c in self._clips)
         self._queue.flush()

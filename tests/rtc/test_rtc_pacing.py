@@ -17,6 +17,7 @@ from tests.conftest import scaled
 from tests.rtc.peer import RtcClient
 from tests.support.fake_openai import Reply
 from voice_server.metrics import TurnRecord
+from voice_server.pipeline.audio import resample
 from voice_server.pipeline.pacing import Pacing
 
 pytestmark = pytest.mark.slow
@@ -36,8 +37,14 @@ def longest_silence_s(pcm: np.ndarray) -> float:
     return float((np.diff(voiced).max() - 1) * 0.02)
 
 
+def _words(text: str) -> list[str]:
+    return [w.strip(".,!?'\"").lower() for w in text.split()]
+
+
 async def _spoken_slowly(url: str, rtc_server, rtc_llm) -> tuple[float, TurnRecord]:
-    """The longest silence the peer heard inside the answer, and the server's turn record."""
+    """The longest silence the peer heard inside the answer, and the server's turn record.
+    Said in pieces of a few words, the answer is still heard as it was written: Whisper,
+    hearing what the peer received, gets nearly all its words."""
     rtc_llm.add(Reply(text=ANSWER, chunk_delay_s=WORD_EVERY_S))
     async with RtcClient(url) as client:
         await client.negotiate()
@@ -48,6 +55,9 @@ async def _spoken_slowly(url: str, rtc_server, rtc_llm) -> tuple[float, TurnReco
         record = next(r for r in reversed(rtc_server.last_turns)
                       if r.session_id == client.ready["id"])
     assert client.messages("llm")[0]["text"] == ANSWER
+    said = await rtc_server.stt.transcribe(resample(heard, 48_000, 16_000))
+    found = [w for w in _words(ANSWER) if w in _words(said)]
+    assert len(found) >= 0.8 * len(_words(ANSWER)), said
     return longest_silence_s(heard), record
 
 

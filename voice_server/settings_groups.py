@@ -239,11 +239,11 @@ class VoiceSettings(BaseModel):
     tts_voice: str | None = Field(None, description="Piper .onnx voice path "
                                   "(default: bundled en_US-joe-medium)")
     tts_threads: int = Field(1, ge=1, description="CPU threads for one TTS synthesis")
-    tts_first_piece_words: int = Field(3, ge=0, description="the first spoken piece of an "
+    tts_first_piece_words: int = Field(2, ge=0, description="the first spoken piece of an "
                                        "answer ends after this many words when no clause "
-                                       "ends sooner (0: at the first sentence end); 3 starts "
-                                       "speech ~60 ms sooner than 4, 4 ~115 ms sooner than 6 "
-                                       "(bench/voice_latency.py)")
+                                       "ends sooner (0: at the first sentence end); 2 starts "
+                                       "speech ~80 ms sooner than 3, 3 ~60 ms sooner than 4 "
+                                       "(bench/voice_latency.py, with tts_keep_speaking)")
     tts_second_piece_words: int = Field(8, ge=0, description="the second spoken piece ends "
                                         "after this many words when no clause ends sooner (0: "
                                         "at its sentence end): no gap after a short first piece "

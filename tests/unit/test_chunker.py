@@ -111,8 +111,8 @@ def test_a_long_first_sentence_is_cut_after_six_words(step):
 
 
 @pytest.mark.parametrize("step", [1, 1000])
-def test_the_server_default_pieces_of_three_then_eight_words(step):
-    """The voice server cuts after ``tts_first_piece_words`` (3) and then after
+def test_the_server_default_pieces_of_two_then_eight_words(step):
+    """The voice server cuts after ``tts_first_piece_words`` (2) and then after
     ``tts_second_piece_words`` (8): Piper starts on less text, and the second piece is ready
     before the first has played."""
     from voice_server.config import load_settings
@@ -122,8 +122,8 @@ def test_the_server_default_pieces_of_three_then_eight_words(step):
             "more than red. Yes.")
     assert stream(text, step, first_max_words=settings.tts_first_piece_words,
                   second_max_words=settings.tts_second_piece_words) == [
-        "The sky looks", "blue because the air scatters the short blue",
-        "waves of sunlight more than red.", "Yes."]
+        "The sky", "looks blue because the air scatters the short",
+        "blue waves of sunlight more than red.", "Yes."]
 
 
 def test_a_late_clause_does_not_delay_the_first_piece():

@@ -248,8 +248,8 @@ class VoiceSettings(BaseModel):
                                         "after this many words when no clause ends sooner (0: "
                                         "at its sentence end): no gap after a short first piece "
                                         "while a long sentence is written and synthesized")
-    tts_keep_speaking: bool = Field(True, description="when the LLM writes slower than the "
-                                    "voice speaks, speak the whole words written so far before "
+    tts_keep_speaking: bool = Field(True, description="when the LLM writes an answer "
+                                    "slowly, speak the whole words written so far before "
                                     "the queued audio runs out (pieces of a few words) instead "
                                     "of falling silent until the next clause or sentence")
     tts_max_piece_chars: int = Field(120, ge=20, le=2000, description="no text longer than this "

@@ -1,10 +1,11 @@
-"""Keep an answer's speech from running dry while the LLM is slower than the voice.
+"""Keep an answer's speech from running dry while the LLM writes it slowly.
 
 The chunker (chunker.py) ends pieces at sentences, clauses and a few fixed word counts. When
-the LLM writes slower than the voice speaks (a local model on a busy CPU writes a token every
-~180 ms, about one word a quarter second, while Piper says ~3 words a second), the audio
-already queued runs out before the next piece is written and synthesized: the listener hears
-"You can book" ... two seconds of silence ... "a table for 2 people at 7 o'clock".
+the LLM writes little faster than the voice speaks (a local model on a busy CPU writes a
+token every 100-180 ms, a number one token a digit, while Piper says ~3 words a second), a
+piece waits for its last word to be written, then for its synthesis, and the piece before it
+has played out by then: the listener hears "You can book" ... up to two seconds of silence
+... "a table for 2 people at 7 o'clock".
 
 ``Pacing`` tells the turn when to speak the complete words it holds now rather than wait for
 the next token: when the audio still queued would end before the next token came and a piece

@@ -7,9 +7,8 @@ sooner, because Piper's time grows with the text (about 25 ms per word on one co
 first sentence would delay it. With ``second_max_words`` the second piece may end early the
 same way: a short first piece plays for under a second, and a long second sentence would not
 be written and synthesized by then (a gap in the speech). Later pieces end at sentence
-boundaries. Abbreviations and decimals do not split. When the LLM writes slower than the
-voice speaks, ``take_words`` gives the whole words held as a piece at once (pacing.py says
-when).
+boundaries. Abbreviations and decimals do not split. When the LLM writes an answer slowly,
+``take_words`` gives the whole words held as a piece at once (pacing.py says when).
 
 No piece is longer than ``max_chars``: a longer sentence is cut at its last clause boundary
 within the limit (or, without one in its last two thirds, at the last space). Piper needs

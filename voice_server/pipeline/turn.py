@@ -294,7 +294,7 @@ class Turn:
             pieces = chunker.feed(delta)
             for piece in pieces:
                 queue_piece(piece)
-            if not pieces and self._speech_runs_dry(sentences, chunker.complete_words()) and (
+            if not pieces and self._speech_runs_dry(sentences, chunker) and (
                     piece := chunker.take_words()) is not None:
                 rec.early_cuts += 1
                 log.debug("speech about to run dry (%.0f ms ahead, a delta every %.0f ms): "
@@ -363,13 +363,15 @@ class Turn:
             await self._emit(UsageReport(input_tokens=self.ctx.usage.input_tokens,
                                          output_tokens=self.ctx.usage.output_tokens))
 
-    def _speech_runs_dry(self, sentences: asyncio.Queue[Piece | None], words: int) -> bool:
+    def _speech_runs_dry(self, sentences: asyncio.Queue[Piece | None],
+                         chunker: SentenceChunker) -> bool:
         """Whether the audio playing now would end before a piece written after the next
         delta could follow it (pacing.py): only once speech has begun and nothing else is on
-        its way to it."""
+        its way to it (checked first: the held words are counted only then)."""
         return (self.record.first_audio is not None and sentences.empty()
                 and not self._synthesizing
-                and self._pacing.running_dry(self._output.ahead_s(), words))
+                and self._pacing.running_dry(self._output.ahead_s(),
+                                             chunker.complete_words()))
 
     async def _llm_failed(self, exc: LLMError) -> None:
         self.record.error = "LLM_TIMEOUT" if isinstance(exc, LLMTimeout) else "LLM_ERROR"

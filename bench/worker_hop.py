@@ -39,8 +39,8 @@ async def main() -> None:
 
     from voice_server.compute import ComputePool
     from voice_server.llm.local import LocalLlamaProvider, tiny_gguf_path
-    from voice_server.llm.local_engine import SamplingParams
     from voice_server.llm.local_model import LlamaService
+    from voice_server.llm.local_requests import SamplingParams
     from voice_server.llm.types import ChatRequest
     from voice_server.pipeline.audio import resample
     from voice_server.pipeline.stt import WhisperService, WhisperSTT, default_whisper_dir

@@ -56,7 +56,7 @@ _URGENT, _LATER = 0, 1
 
 class SharedLoad:
     """The pool's urgent and running job counts in shared memory: the pool writes them, the
-    LLM worker process reads them (``llm.local_engine.OtherWork``). A 16-byte file mapped by
+    LLM worker process reads them (``llm.local_requests.OtherWork``). A 16-byte file mapped by
     both (in /dev/shm where there is one); it pickles as its path, and the pool's
     ``close`` removes it."""
 

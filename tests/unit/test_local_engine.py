@@ -55,7 +55,7 @@ class Reader:
 
     def __init__(self, engine, messages: list[dict[str, Any]], *, max_tokens: int = 48,
                  stop: tuple[str, ...] = (), params: Any = None) -> None:
-        from voice_server.llm.local_engine import SamplingParams
+        from voice_server.llm.local_requests import SamplingParams
 
         self.engine = engine
         self.parts: list[str] = []
@@ -141,7 +141,7 @@ def test_more_requests_than_slots_wait_their_turn(engine) -> None:
 
 
 def test_a_reader_that_stops_reading_holds_nobody(engine) -> None:
-    from voice_server.llm.local_engine import SamplingParams
+    from voice_server.llm.local_requests import SamplingParams
 
     taken: list[str] = []
     stalled = engine.submit(_ask(LONG), SamplingParams(temperature=0.0, max_tokens=80),
@@ -210,7 +210,8 @@ def test_prompt_longer_than_the_context_is_a_bad_request(engine) -> None:
 
 
 def test_closing_ends_open_answers_with_an_error(llama) -> None:
-    from voice_server.llm.local_engine import LlamaEngine, SamplingParams
+    from voice_server.llm.local_engine import LlamaEngine
+    from voice_server.llm.local_requests import SamplingParams
 
     eng = LlamaEngine(llama, slots=1, n_ctx=512, n_threads=2)
     ended: list[Any] = []
@@ -323,7 +324,7 @@ def test_a_forced_call_is_read_from_its_start_and_checked_quickly(engine, monkey
     arguments, and the grammar's quick check of the likeliest token picks exactly the tokens the
     full grammar sampler picks."""
     from voice_server.llm.local_decoding import forced_call
-    from voice_server.llm.local_engine import SamplingParams
+    from voice_server.llm.local_requests import SamplingParams
     from voice_server.llm.local_sampling import ChainSampler
 
     book = {"type": "function", "function": {"name": "book_table", "parameters": {
@@ -349,7 +350,7 @@ STAGE = {"role": "system", "content": "You take table bookings for a restaurant 
 
 
 def _ahead(engine, messages: list[dict[str, Any]]) -> Reader:
-    from voice_server.llm.local_engine import SamplingParams
+    from voice_server.llm.local_requests import SamplingParams
 
     return Reader(engine, messages, params=SamplingParams(temperature=0.0, prompt_only=True))
 

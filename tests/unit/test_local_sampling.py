@@ -47,7 +47,7 @@ class Written:
 def lazy_sampler(llama, tokens: list[int], trigger_tokens: tuple[int, ...] = ()):
     from voice_server.compat import llama_model
     from voice_server.llm.local_decoding import tool_grammar
-    from voice_server.llm.local_engine import SamplingParams
+    from voice_server.llm.local_requests import SamplingParams
     from voice_server.llm.local_sampling import LazyToolSampler, sampler
 
     params = SamplingParams(temperature=0.2, grammar=tool_grammar([LOOKUP]))
@@ -73,7 +73,7 @@ def grammar_accepts(llama, written: str) -> bool:
     """A fresh strict sampler of the same grammar takes ``written`` (a call's start)."""
     from voice_server.compat import llama_model
     from voice_server.llm.local_decoding import tool_grammar
-    from voice_server.llm.local_engine import SamplingParams
+    from voice_server.llm.local_requests import SamplingParams
     from voice_server.llm.local_sampling import ChainSampler
 
     params = SamplingParams(grammar=tool_grammar([LOOKUP]), grammar_lazy=False)

@@ -30,7 +30,7 @@ from .local_decoding import (
     json_template,
     tool_grammar,
 )
-from .local_engine import OtherWork, SamplingParams
+from .local_requests import OtherWork, SamplingParams
 from .profiles import profile_model_path
 from .types import ChatRequest, ChatResult, StreamEvent, Usage, message_text
 

@@ -53,81 +53,25 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Any
 
 from ..compat import llama_batch, llama_context, llama_model
 from .errors import LLMBadRequest, LLMError
 from .kv_slots import KVSlots, Slot
 from .local_decoding import OPEN, StopText, chat_formatter
-from .local_sampling import Sampler, sampler, token_piece
+from .local_requests import Deliver, Generation, OtherWork, SamplingParams
+from .local_sampling import sampler, token_piece
 from .thread_choice import ThreadChoice
 from .types import StreamEvent, Usage
 
-__all__ = ["GIVE_WAY_S", "Generation", "LlamaEngine", "OtherWork", "SamplingParams"]
+__all__ = ["GIVE_WAY_S", "LlamaEngine"]
 
 GIVE_WAY_S = 0.2  # longest wait of a later-tokens step for urgent STT/TTS work
 BUSY_PROMPT_CHUNK = 4  # prompt tokens a step takes on one thread while the pool works
 BACKGROUND_CHUNK = 32  # prompt tokens a step of a prompt-only request takes (~0.3 s, 1.5B)
 
-
-class OtherWork(Protocol):
-    """The process's other CPU work (``compute.ComputePool``), read from the engine thread."""
-
-    @property
-    def urgent_jobs(self) -> int: ...
-
-    @property
-    def running_jobs(self) -> int: ...
-
 log = logging.getLogger(__name__)
-
-Deliver = Callable[[Any], None]  # str (a text delta) | StreamEvent (done) | LLMError
-
-
-@dataclass(frozen=True, slots=True)
-class SamplingParams:
-    temperature: float = 0.2
-    max_tokens: int = 256
-    stop: tuple[str, ...] = ()
-    seed: int = 0xC0FFEE
-    grammar: str | None = None  # GBNF the answer must follow (local_decoding.tool_grammar)
-    grammar_lazy: bool = True  # ... only from "<tool_call>" on (else from the first token)
-    prefix: str = ""  # the start of the answer, given (written after the prompt)
-    # an answer written in parts: when ``grammar`` is complete, each (text, grammar) pair gives
-    # the text that follows (read, not generated) and the grammar of the part after it
-    segments: tuple[tuple[str, str], ...] = ()
-    prompt_only: bool = False  # compute the prompt's cache and save it; answer nothing
-
-
-class Generation:
-    """One answer in progress. Created by ``LlamaEngine.submit``; its reader calls
-    ``consumed()`` for each text delta it takes and ``LlamaEngine.cancel`` when it stops."""
-
-    def __init__(self, messages: list[dict[str, Any]], params: SamplingParams,
-                 deliver: Deliver, ahead: int, tools: list[dict[str, Any]] | None = None) -> None:
-        self.messages = messages
-        self.tools = tools
-        self.params = params
-        self.deliver = deliver
-        self.credit = ahead  # text deltas it may deliver before its reader takes them
-        self.prompt: list[int] = []
-        self.pending: list[int] = []  # prompt tokens not yet evaluated
-        self.last: int | None = None  # sampled, not yet in the KV cache
-        self.produced = 0
-        self.cached = 0  # prompt tokens found in the slot's cache (not evaluated again)
-        self.max_tokens = params.max_tokens
-        self.slot: Slot | None = None
-        self.sampler: Sampler | None = None
-        self.text = StopText(params.stop)
-        self.segments = list(params.segments)  # parts still to write (SamplingParams.segments)
-        self.finished = False
-
-    @property
-    def background(self) -> bool:
-        """A prompt-only request (``SamplingParams.prompt_only``)."""
-        return self.params.prompt_only
 
 
 class LlamaEngine:

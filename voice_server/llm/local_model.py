@@ -15,7 +15,8 @@ from typing import Any
 
 from ..compat import llama_model
 from .errors import LLMError
-from .local_engine import Generation, LlamaEngine, OtherWork, SamplingParams
+from .local_engine import LlamaEngine
+from .local_requests import Generation, OtherWork, SamplingParams
 
 __all__ = ["LlamaService", "llama_system_info"]
 

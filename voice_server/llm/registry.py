@@ -24,7 +24,7 @@ from .types import LLMProvider
 
 if TYPE_CHECKING:
     from ..config import Settings
-    from .local_engine import OtherWork
+    from .local_requests import OtherWork
 
 __all__ = ["BUILT_IN_KINDS", "ProviderBuilder", "ProviderRegistry", "ProviderSpec",
            "build_router"]

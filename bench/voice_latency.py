@@ -155,6 +155,9 @@ async def concurrency_phase(systems: list[System], wavs, levels: list[int], turn
                     t["longest_gap_ms"] > 100 for t in recs)
                 # pieces cut at a word so the speech would not run dry (pipeline/pacing.py)
                 entry["server"]["early_cuts"] = sum(t.get("early_cuts", 0) for t in recs)
+                # prompt tokens each answer read once asked (the rest was read ahead: the
+                # history's, and the user's words while they spoke: llm_prefill)
+                entry["server"]["prompt_read"] = stats([t.get("prompt_read") for t in recs])
                 entry["server"]["speculative_stt_used"] = sum(t["speculative_stt"]
                                                               for t in recs)
                 # nobody interrupts on purpose here: a cut answer means the client heard

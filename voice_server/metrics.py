@@ -52,6 +52,8 @@ class TurnRecord:
     turn_probability: float | None = None  # the end-of-turn model's, when it answered
     playback_gaps_ms: list[float] = field(default_factory=list)  # next piece not ready in time
     early_cuts: int = 0  # pieces cut at a word because the speech would run dry (pacing.py)
+    prompt_tokens: int | None = None  # the answer's prompt (all its requests), as reported
+    prompt_cached: int | None = None  # ... of which the model had computed before it was sent
 
     @property
     def outcome(self) -> str:
@@ -77,6 +79,8 @@ class TurnRecord:
             "overhead_ms": self.overhead_ms(),
             "longest_gap_ms": max(self.playback_gaps_ms, default=0.0),
             "early_cuts": self.early_cuts,
+            "prompt_read": None if self.prompt_tokens is None
+            else self.prompt_tokens - (self.prompt_cached or 0),
             "interrupted": self.interrupted,
             "error": self.error,
         }

@@ -133,3 +133,19 @@ async def test_an_endpoint_that_cannot_answer_is_said_at_start(fake: FakeOpenAI,
         await server.router.aclose()
         server.pool.close()
     assert f"{closed}: the LLM endpoint cannot be reached; turns fail" in caplog.text
+
+
+async def test_an_endpoint_s_prompt_cache_is_counted(fake: FakeOpenAI, router: LLMRouter) -> None:
+    """An endpoint that reports the prompt tokens it had cached (OpenAI's
+    ``prompt_tokens_details.cached_tokens``): the turn record counts what the answer read."""
+    fake.add(Reply(text="Paris.", prompt_tokens=40, completion_tokens=2, cached_tokens=32),
+             Reply(text="Rome.", prompt_tokens=40, completion_tokens=2),
+             Reply(text="Madrid.", prompt_tokens=40, completion_tokens=2, cached_tokens=30))
+    request = ChatRequest(messages=[{"role": "user", "content": "The capital of France?"}])
+    streamed = [e async for e in router.stream(request)][-1].usage
+    uncached = [e async for e in router.stream(request)][-1].usage
+    completed = (await router.complete(request)).usage
+    assert (streamed.input_tokens, streamed.cached_tokens) == (40, 32)
+    assert (uncached.input_tokens, uncached.cached_tokens) == (40, 0)
+    assert (completed.input_tokens, completed.cached_tokens) == (40, 30)
+    assert (streamed + completed).cached_tokens == 62 and streamed + None == streamed

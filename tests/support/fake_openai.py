@@ -36,6 +36,8 @@ class Reply:
     error_message: str = "scripted failure"
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    # reported as OpenAI documents a prompt cache: usage.prompt_tokens_details.cached_tokens
+    cached_tokens: int | None = None
     # a streamed call's arguments in this many chunks; the name in the first only (OpenAI's
     # documented stream), or in each of them as llama-cpp-python's server sends it
     call_chunks: int = 1
@@ -118,6 +120,8 @@ class FakeOpenAI:
             else len(reply.text.split())
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                  "total_tokens": prompt_tokens + completion_tokens}
+        if reply.cached_tokens is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": reply.cached_tokens}
         calls = [{"id": f"call_{i}", "type": "function",
                   "function": {"name": c["name"], "arguments": c["arguments"]
                                if isinstance(c["arguments"], str) else json.dumps(c["arguments"])}}

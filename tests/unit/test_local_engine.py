@@ -406,3 +406,55 @@ def test_a_prompt_computed_ahead_waits_while_the_pool_works(llama) -> None:
         assert ahead.wait() == "" and engine._kv.saved.entries
     finally:
         engine.close()
+
+
+def _prefill(engine, messages: list[dict[str, Any]]) -> Reader:
+    from voice_server.llm.local_requests import SamplingParams
+
+    return Reader(engine, messages, params=SamplingParams(temperature=0.0, prompt_only=True,
+                                                          save_prompt=False))
+
+
+def test_a_prefill_reads_up_to_the_users_words_and_the_question_continues_it(engine) -> None:
+    """While the user speaks, the prompt is read up to their words so far (not the end of
+    their message: more words come); the question then reads only the rest, and nothing is
+    saved in memory."""
+    first = Reader(engine, _ask("How far away is the moon?"))
+    history = ({"role": "user", "content": "How far away is the moon?"},
+               {"role": "assistant", "content": first.wait()})
+    said = _prefill(engine, _ask("What is the capital of", *history))
+    assert said.wait() == "" and isinstance(said.end, StreamEvent)
+    question = Reader(engine, _ask("What is the capital of France?", *history), max_tokens=16)
+    assert "Paris" in question.wait()
+    assert question.gen.cached >= len(said.gen.prompt) - 1  # its last word may read on
+    assert question.gen.cached > len(first.gen.prompt) + first.gen.produced // 2
+    assert engine._kv.saved.entries == []
+    whole = Reader(engine, _ask("What is the capital of", *history), max_tokens=1)
+    whole.wait()
+    assert said.gen.prompt == whole.gen.prompt[:len(said.gen.prompt)]
+    assert len(whole.gen.prompt) - len(said.gen.prompt) >= 3  # the message's end, the answer's
+
+
+def test_a_question_ends_the_prefills_waiting_or_under_way(llama) -> None:
+    """A prefill steps only while the pool is idle. A question ends it, under way or still
+    waiting, and takes the slot with the words it read; none is left to run after the
+    answer (it would take the slot back to fewer words)."""
+    from voice_server.llm import local_engine
+
+    pool = BusyPool()
+    pool.running_jobs = 1  # speech to text is running: the prefill waits
+    engine = local_engine.LlamaEngine(llama, slots=4, n_ctx=2048, n_threads=2, others=pool)
+    try:
+        under_way = _prefill(engine, _ask("Tell me about the history of"))
+        while not under_way.gen.slot:
+            assert not under_way.finished.wait(0.005)
+        waiting = _prefill(engine, _ask("Tell me about the history of Rome"))  # one at a time
+        assert not under_way.finished.wait(0.2) and under_way.gen.pending
+        question = Reader(engine, _ask("Tell me about the history of Rome."), max_tokens=8)
+        assert question.wait().strip()
+        assert under_way.finished.is_set() and waiting.finished.is_set()
+        assert under_way.done_at < question.done_at and waiting.done_at < question.done_at
+        assert not engine._waiting and not engine._active
+        assert question.gen.cached == 0  # the pool never idled: nothing read ahead
+    finally:
+        engine.close()

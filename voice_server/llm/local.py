@@ -133,13 +133,15 @@ class LocalLlamaProvider:
             stream.close()
             self.worker.tell("cancel", stream.rid)
 
-    async def warm(self, request: ChatRequest) -> None:
+    async def warm(self, request: ChatRequest, *, save: bool = True) -> None:
         """Compute the prompt ``request`` would have, when the model has nothing else to do,
         and keep its cache in memory: a request that starts the same way (a playbook stage's
-        instructions and tools) then pays only for the rest (local_engine.py)."""
+        instructions and tools) then pays only for the rest (local_engine.py). Not ``save``:
+        a prefill, up to the user's words (its last message), kept for the question about to
+        come only."""
         self._check_model(request)
         messages, params, tools, _, _ = self._prepare(request)
-        params = dataclasses.replace(params, prompt_only=True)
+        params = dataclasses.replace(params, prompt_only=True, save_prompt=save)
         try:
             stream = await self.worker.open_stream("generate", messages, params, tools)
             try:

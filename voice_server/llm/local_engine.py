@@ -43,6 +43,13 @@ speech-to-text starting and took seconds, and the question after them waited (vo
 p95 2.8-3.2 s instead of 1.2-1.3 s); on one thread, 8 tokens a step, turns were still ~0.2 s
 slower at p95 and three playbooks took 3 minutes.
 
+A *prefill* is a prompt-only request made during a call, while the user speaks: the
+conversation's prompt up to their words so far (server/listening.py). It stops before the
+user message's end-of-turn token (what follows depends on words not yet heard), takes
+``PREFILL_CHUNK`` tokens a step under the same rule, is kept in its slot only, and ends when a
+question is admitted: its tokens stay in the slot, and the question, which continues them, pays
+for the rest only.
+
 Everything touching the context runs on the engine thread (admission, tokenizing, decoding,
 sampling); readers only enqueue, cancel, and give back hand-off credit.
 """
@@ -70,6 +77,7 @@ __all__ = ["GIVE_WAY_S", "LlamaEngine"]
 GIVE_WAY_S = 0.2  # longest wait of a later-tokens step for urgent STT/TTS work
 BUSY_PROMPT_CHUNK = 4  # prompt tokens a step takes on one thread while the pool works
 BACKGROUND_CHUNK = 32  # prompt tokens a step of a prompt-only request takes (~0.3 s, 1.5B)
+PREFILL_CHUNK = 4  # ... of a prefill: the user's pause may start speech to text at any moment
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +116,7 @@ class LlamaEngine:
         self._trigger_tokens = tag if len(tag) == 1 else []  # "<tool_call>" is one token
         self._waiting: collections.deque[Generation] = collections.deque()
         self._active: list[Generation] = []
+        self._ended: list[Generation] = []  # prefills a question ended, their readers untold
         self._cond = threading.Condition()
         self._closed = False
         self.model_lock = threading.Lock()  # held per step; other users of the model take it too
@@ -167,6 +176,10 @@ class LlamaEngine:
                 if self._closed:
                     return
                 admitted = self._claim_slots()
+                ended, self._ended = self._ended, []
+            for gen in ended:
+                gen.deliver(StreamEvent(done=True, finish_reason="stop",
+                                        usage=Usage(len(gen.prompt), 0)))
             for gen, slot in admitted:  # cache trimming, outside the lock
                 self._admit(gen, slot)
             with self._cond:
@@ -175,7 +188,9 @@ class LlamaEngine:
                     self._cond.wait(0.005 if group else 0.02)  # (a prompt-only one waits)
                     continue
             threads, timed = self._use_threads(group, urgent)
-            chunk = (BACKGROUND_CHUNK if group[0][0].background else BUSY_PROMPT_CHUNK
+            first = group[0][0]
+            chunk = (PREFILL_CHUNK if first.prefill else BACKGROUND_CHUNK if first.background
+                     else BUSY_PROMPT_CHUNK
                      if threads < self._n_threads and not self.thread_choice.narrow
                      else self._n_batch)
             with self.model_lock:
@@ -211,6 +226,8 @@ class LlamaEngine:
         few hundred tokens takes ~1 ms to format and tokenize)."""
         claimed = []
         while (gen := self._next_waiting()) is not None:
+            if not gen.background:
+                self._end_prefills()
             if not self._kv.free():  # a question takes a prompt-only request's slot
                 self._put_back(next(g for g in self._active if g.background))
             self._waiting.remove(gen)
@@ -222,6 +239,18 @@ class LlamaEngine:
             self._active.append(gen)
             claimed.append((gen, slot))
         return claimed
+
+    def _end_prefills(self) -> None:
+        """A question came: prefills, under way or waiting, are done (called locked; the
+        tokens computed stay in their slots; ``_run`` tells their readers, unlocked). One left
+        waiting would later take the slot back to the words it had, and drop the answer's
+        tokens from it."""
+        for gen in [g for g in (*self._active, *self._waiting) if g.prefill]:
+            if gen in self._waiting:
+                self._waiting.remove(gen)
+            gen.finished = True
+            self._release(gen)
+            self._ended.append(gen)
 
     def _put_back(self, gen: Generation) -> None:
         """Return a prompt-only request to the queue (its tokens computed so far stay in the
@@ -240,6 +269,10 @@ class LlamaEngine:
             gen.deliver(LLMBadRequest(f"cannot format the prompt: {exc}", provider="local"))
             return False
         gen.text = StopText((*gen.params.stop, *stop))
+        if gen.prefill:  # up to the user's words: their end depends on words not yet heard
+            ends = [i for i, t in enumerate(gen.prompt) if self._c.llama_vocab_is_eog(
+                self._vocab, t)]
+            gen.prompt = gen.prompt[:ends[-1]] if ends else gen.prompt
         return True
 
     def _admit(self, gen: Generation, slot: Slot) -> None:
@@ -349,7 +382,8 @@ class LlamaEngine:
             return
         for gen, slot in group:
             if gen.background and not gen.pending and not gen.finished:
-                self._kv.saved.save(slot)
+                if gen.params.save_prompt:
+                    self._kv.saved.save(slot)
                 self._finish(gen)
         for gen, index in outputs:
             if gen.finished:  # cancelled during the step
@@ -408,7 +442,7 @@ class LlamaEngine:
         if flush and (rest := gen.text.flush()):
             gen.deliver(rest)
         gen.deliver(StreamEvent(done=True, finish_reason=reason,
-                                usage=Usage(len(gen.prompt), gen.produced)))
+                                usage=Usage(len(gen.prompt), gen.produced, gen.cached)))
 
     def _release(self, gen: Generation) -> None:
         """Called with the lock held."""

@@ -24,6 +24,7 @@ class OtherWork(Protocol):
     @property
     def running_jobs(self) -> int: ...
 
+
 Deliver = Callable[[Any], None]  # str (a text delta) | StreamEvent (done) | LLMError
 
 
@@ -39,7 +40,10 @@ class SamplingParams:
     # an answer written in parts: when ``grammar`` is complete, each (text, grammar) pair gives
     # the text that follows (read, not generated) and the grammar of the part after it
     segments: tuple[tuple[str, str], ...] = ()
-    prompt_only: bool = False  # compute the prompt's cache and save it; answer nothing
+    prompt_only: bool = False  # compute the prompt's cache; answer nothing
+    # ... and save it in memory (a playbook stage's prompt, for every call); False: a prefill,
+    # kept in its slot only, for the question about to come (the module docstring)
+    save_prompt: bool = True
 
 
 class Generation:
@@ -69,3 +73,8 @@ class Generation:
     def background(self) -> bool:
         """A prompt-only request (``SamplingParams.prompt_only``)."""
         return self.params.prompt_only
+
+    @property
+    def prefill(self) -> bool:
+        """A prompt-only request for the question about to come, not saved."""
+        return self.params.prompt_only and not self.params.save_prompt

@@ -112,8 +112,7 @@ class OpenAICompatProvider:
             async with stream:
                 async for chunk in _chain(first, stream):
                     if chunk.usage is not None:
-                        usage = Usage(chunk.usage.prompt_tokens or 0,
-                                      chunk.usage.completion_tokens or 0)
+                        usage = _usage(chunk.usage)
                     for choice in chunk.choices:
                         delta = choice.delta
                         if choice.finish_reason:
@@ -184,8 +183,7 @@ class OpenAICompatProvider:
             for tc in (choice.message.tool_calls or [])
             if getattr(tc, "function", None) is not None
         ]
-        usage = Usage(resp.usage.prompt_tokens or 0, resp.usage.completion_tokens or 0) \
-            if resp.usage else Usage()
+        usage = _usage(resp.usage) if resp.usage else Usage()
         return ChatResult(text=choice.message.content or "", model=resp.model or
                           self._params(request)["model"], finish_reason=choice.finish_reason
                           or "stop", tool_calls=calls, usage=usage, id=resp.id or "")
@@ -304,3 +302,11 @@ async def _chain(first: Any, rest: Any) -> AsyncIterator[Any]:
         yield first
     async for item in rest:
         yield item
+
+
+def _usage(usage: Any) -> Usage:
+    """An OpenAI ``usage`` object; ``prompt_tokens_details.cached_tokens`` where the endpoint
+    reports its prompt cache."""
+    details = getattr(usage, "prompt_tokens_details", None)
+    return Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0,
+                 getattr(details, "cached_tokens", None) or 0)

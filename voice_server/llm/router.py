@@ -66,13 +66,13 @@ class LLMRouter:
         provider, routed = self._routed(request)
         return await provider.complete(routed)
 
-    async def warm(self, request: ChatRequest) -> bool:
+    async def warm(self, request: ChatRequest, *, save: bool = True) -> bool:
         """Have the provider compute ``request``'s prompt ahead, when it can (``WarmsPrompts``:
-        the embedded model); returns whether it did."""
+        the embedded model; ``save``: see ``LocalProvider.warm``); returns whether it did."""
         provider, routed = self._routed(request)
         if not isinstance(provider, WarmsPrompts):
             return False
-        await provider.warm(routed)
+        await provider.warm(routed, save=save)
         return True
 
     def supports_vision(self, model: str | None = None) -> bool:

@@ -30,10 +30,19 @@ __all__ = [
 class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_tokens: int = 0  # of the input, found computed (read ahead, or the last turn's)
 
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage | None) -> Usage:
+        """Two requests' usage together (``None``: none reported)."""
+        if other is None:
+            return self
+        return Usage(self.input_tokens + other.input_tokens,
+                     self.output_tokens + other.output_tokens,
+                     self.cached_tokens + other.cached_tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +136,7 @@ class WarmsPrompts(Protocol):
     it has nothing else to do): ``warm`` returns when the prompt's cache is kept. A remote
     endpoint keeps its own cache, and is not called ahead."""
 
-    async def warm(self, request: ChatRequest) -> None: ...
+    async def warm(self, request: ChatRequest, *, save: bool = True) -> None: ...
 
 
 def tool_arguments(call: ToolCall) -> dict[str, Any]:

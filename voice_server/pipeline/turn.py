@@ -81,6 +81,11 @@ class Responder(Protocol):
         """VAD overrides for now (``Settings.vad_<name>`` keys, ``barge_in``); may be empty."""
         ...
 
+    async def prefill(self, ctx: TurnContext) -> None:
+        """Have the model compute ahead the prompt of the answer to ``ctx``, whose user
+        message holds the words heard so far (the user still speaks); may do nothing."""
+        ...
+
 
 @dataclass(frozen=True)
 class HistoryWindow:
@@ -163,12 +168,20 @@ class ChatResponder:
     def turn_taking(self, state: dict[str, Any]) -> dict[str, Any]:
         return {}
 
-    async def respond(self, ctx: TurnContext) -> AsyncIterator[str]:
+    def _request(self, ctx: TurnContext) -> ChatRequest:
         messages = [{"role": "system", "content": self.system_prompt},
                     *llm_messages(ctx.history, self.history), ctx.user_message]
-        request = ChatRequest(messages=messages, model=self.model,
-                              temperature=self.temperature, max_tokens=self.max_tokens,
-                              timeout_s=self.timeout_s)
+        return ChatRequest(messages=messages, model=self.model, temperature=self.temperature,
+                           max_tokens=self.max_tokens, timeout_s=self.timeout_s)
+
+    async def prefill(self, ctx: TurnContext) -> None:
+        """The embedded model computes the prompt up to the user's words so far (a remote
+        endpoint is not asked: ``LLMRouter.warm``)."""
+        with contextlib.suppress(LLMError):
+            await self.router.warm(self._request(ctx), save=False)
+
+    async def respond(self, ctx: TurnContext) -> AsyncIterator[str]:
+        request = self._request(ctx)
 
         def done(event: StreamEvent) -> None:
             ctx.usage = event.usage
@@ -360,6 +373,8 @@ class Turn:
         if failure is not None:
             await self._llm_failed(failure)
         elif self.ctx.usage is not None:
+            self.record.prompt_tokens = self.ctx.usage.input_tokens
+            self.record.prompt_cached = self.ctx.usage.cached_tokens
             await self._emit(UsageReport(input_tokens=self.ctx.usage.input_tokens,
                                          output_tokens=self.ctx.usage.output_tokens))
 

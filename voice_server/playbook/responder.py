@@ -156,6 +156,9 @@ class PlaybookResponder:
         return not state.get(UNINTERRUPTIBLE_KEY, False)
 
     # -- one turn ------------------------------------------------------------------------
+    async def prefill(self, ctx: TurnContext) -> None:
+        """Nothing: a turn's first prompt depends on its words' intent and facts."""
+
     async def respond(self, ctx: TurnContext) -> AsyncIterator[str]:
         """Yield the spoken text deltas of one turn (see the module docstring)."""
         now = self._clock()
@@ -201,7 +204,7 @@ class PlaybookResponder:
                     spoken.append(piece)
                     yield piece
             for event in last:
-                _add_usage(ctx, event.usage)
+                ctx.usage = (ctx.usage or Usage()) + event.usage
             calls = tuple(last[0].tool_calls) if last else ()
             if not calls or final:
                 return
@@ -300,7 +303,7 @@ class PlaybookResponder:
             log.warning("noting the caller's facts failed: %s", exc)
             return [], None
         else:
-            _add_usage(ctx, result.usage)
+            ctx.usage = (ctx.usage or Usage()) + result.usage
             offer = standing_offer(st.offer, st.offer_said, asked)
             noted = sheet.accept(result.text, text, offer, self._date())
         reopened = [k for k in declined(offer, st.facts, text, st.data) if k not in noted]
@@ -400,7 +403,7 @@ class PlaybookResponder:
         except LLMError as exc:
             log.warning("intent classification failed: %s", exc)
             return None
-        _add_usage(ctx, result.usage)
+        ctx.usage = (ctx.usage or Usage()) + result.usage
         for call in result.tool_calls:
             args = _loose_args(call.arguments)
             if args.get("intent") in intents:
@@ -483,14 +486,6 @@ def _loose_args(raw: str) -> dict[str, Any]:
     except (json.JSONDecodeError, TypeError):
         return {"_raw": str(raw)[:500]}
     return value if isinstance(value, dict) else {"_raw": value}
-
-
-def _add_usage(ctx: TurnContext, usage: Usage | None) -> None:
-    if usage is None:
-        return
-    before = ctx.usage or Usage()
-    ctx.usage = Usage(before.input_tokens + usage.input_tokens,
-                      before.output_tokens + usage.output_tokens)
 
 
 def _said(ctx: TurnContext) -> str:

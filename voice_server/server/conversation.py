@@ -210,6 +210,18 @@ class Conversation:
             budget = self.services.input_budget
             self._job.add_done_callback(lambda _: budget.give_back(held))
 
+    async def prefill(self, words: str) -> None:
+        """The user is speaking, and has said ``words`` so far: have the model read the
+        prompt of their answer up to them (``Responder.prefill``), unless an answer is under
+        way (it has the model) or images wait to go with the words."""
+        session = self.session
+        if session is None or self.running_job is not None or self._attachments:
+            return
+        ctx = TurnContext(history=session.history, emit=self._send,
+                          user_message=self.services.user_message(words, []),
+                          state=session.state)
+        await self.services.responder_for(session).prefill(ctx)
+
     async def start_typed(self, text: str, output: SpeechOutput) -> None:
         """A typed user turn: answered like a spoken one, without speech-to-text (its text is
         sent back as the final ``transcript``, so every client shows it as the user's)."""
@@ -306,6 +318,9 @@ class _Saying:
 
     def turn_taking(self, state: dict[str, Any]) -> dict[str, Any]:
         return {}
+
+    async def prefill(self, ctx: TurnContext) -> None:
+        return None
 
 
 def _unheard(committed: list[dict[str, Any]]) -> bool:

@@ -50,6 +50,10 @@ log = logging.getLogger(__name__)
 
 INTERIM_AFTER_S = 1.5
 INTERIM_EVERY_S = 1.0
+# an interim transcript has the LLM read ahead only this many more words than it has read (the
+# model's weights then push Whisper's out of the CPU's cache: the pause's transcript took ~40 ms
+# longer, about what reading 4-5 words ahead saves; docs/performance.md)
+PREFILL_MIN_WORDS = 8
 # the silence put between an utterance taken back and the words that cut it: a pause Whisper
 # reads inside a sentence (the pcm already holds ~60 ms after the one and the VAD's pre-roll
 # before the other)
@@ -85,6 +89,8 @@ class Listener:
     def __post_init__(self) -> None:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._interim: asyncio.Task[None] | None = None
+        self._prefill: asyncio.Task[None] | None = None
+        self._prefilled_words = 0  # of the utterance in progress
         self._record: TurnRecord | None = None
         self._held: _Speculation | None = None  # an answer started on a short pause
         self._before: np.ndarray | None = None  # an utterance taken back, heard again joined
@@ -163,6 +169,7 @@ class Listener:
         """Answer the utterance so far now, holding its messages and audio until the end of
         turn is confirmed; judge meanwhile whether it is over."""
         log.debug("pause: speculative answer")
+        self._stop_prefill()
         pcm = self._joined(pcm)
         output = HeldOutput(self.speech_output(), self.send)
         hearing = self._spawn(self.stt.hear(pcm), "speculative-stt")
@@ -252,6 +259,7 @@ class Listener:
     async def _speech_ended(self, event: VADEvent) -> None:
         if self._interim is not None and not self._interim.done():
             self._interim.cancel()
+        self._stop_prefill()
         now = time.monotonic()
         speech_end = now - event.silence_ms / 1000
         barge, self._barge_ins.current = self._barge_ins.current, None
@@ -305,6 +313,9 @@ class Listener:
         self.playback.resume()
         self._last_interim = time.monotonic()
         self._spawn(self._prepare_judge(), "prepare-judge")
+        self._prefilled_words = 0
+        if turn is None:  # the history is complete: the model may read it now
+            self._start_prefill("")
 
     async def _prepare_judge(self) -> None:
         """While the user speaks, the words' judge reads what they answer (readings.py
@@ -331,6 +342,28 @@ class Listener:
         text = await self.stt.transcribe(pcm, urgent=False)
         if text.strip() and not self._closed:
             await self.send(Transcript(text=text, is_final=False))
+            words = len(text.split())
+            if self._vad.speaking and self._held is None and \
+                    words >= self._prefilled_words + PREFILL_MIN_WORDS:
+                self._prefilled_words = words
+                self._start_prefill(text.strip())
+
+    # ---- the LLM reads ahead -----------------------------------------------------------------
+    def _start_prefill(self, words: str) -> None:
+        """While the user speaks, the embedded model reads the prompt of their answer up to
+        ``words`` (``Settings.llm_prefill``; it runs only while nothing else computes, a few
+        tokens a step: llm/local_engine.py): the history as they start, and the words of a
+        long utterance. The answer then reads only the rest."""
+        if not (self.settings.llm_prefill and self.llm_shares_cpu) or self._closed:
+            return
+        self._stop_prefill()
+        self._prefill = self._spawn(self.conversation().prefill(words), "prefill")
+
+    def _stop_prefill(self) -> None:
+        """The user paused: their answer's request comes next (the tokens read stay)."""
+        if self._prefill is not None and not self._prefill.done():
+            self._prefill.cancel()
+        self._prefill = None
 
     def _joined(self, pcm: np.ndarray) -> np.ndarray:
         """The utterance so far, after the one taken back if any (at most

@@ -132,6 +132,11 @@ class Metrics:
             "voice_turns_taken_back_total", "turns taken back, by the end-of-turn reason that "
             "ended them too soon (the reasons of voice_end_of_turn_seconds): which judge to "
             "tune", ["reason"], registry=r)
+        self.prompt_tokens = Counter(
+            "voice_llm_prompt_tokens_total", "prompt tokens of the answers, by whether the "
+            "model found them computed (cached: the conversation's earlier turns, or read while "
+            "the user spoke, llm_prefill) or read them once the user was done (read)",
+            ["how"], registry=r)
         self.errors = Counter("voice_errors_total", "errors sent to clients by code", ["code"],
                               registry=r)
         self.sessions = Gauge("voice_sessions_active", "sessions with a live connection",
@@ -169,6 +174,10 @@ class Metrics:
         if rec.speech_end is not None and rec.turn_decided is not None:
             self.end_of_turn.labels(rec.turn_decision or "silence").observe(
                 max(0.0, rec.turn_decided - rec.speech_end))
+        if rec.prompt_tokens is not None:
+            cached = min(rec.prompt_cached or 0, rec.prompt_tokens)
+            self.prompt_tokens.labels("cached").inc(cached)
+            self.prompt_tokens.labels("read").inc(rec.prompt_tokens - cached)
         self.turns.labels(rec.outcome).inc()
         if rec.outcome == "taken_back":
             self.taken_back.labels(rec.turn_decision or "silence").inc()

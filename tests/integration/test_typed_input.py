@@ -7,6 +7,8 @@ import base64
 
 import numpy as np
 
+from tests.support.fake_openai import Reply
+
 
 async def test_a_typed_question_gets_a_spoken_answer(scripted_server, fake_llm, connect):
     fake_llm.add("Paris is the capital of France.")
@@ -76,3 +78,19 @@ async def test_turn_metrics_go_to_subscribers_only(scripted_server, fake_llm, co
     for key in ("sttMs", "llmTtftMs", "ttsFirstAudioMs", "firstAudioMs", "totalMs"):
         assert isinstance(figures[key], int | float) and figures[key] >= 0, (key, figures)
     assert figures["firstAudioMs"] >= figures["sttMs"] and figures["interrupted"] is False
+
+
+async def test_the_prompt_tokens_an_answer_read_are_counted(scripted_server, fake_llm, connect):
+    """/metrics counts the answers' prompt tokens the model found computed and those it read
+    (an endpoint reports its cache as OpenAI documents it: prompt_tokens_details)."""
+    registry = scripted_server.metrics.registry
+
+    def count(how: str) -> float:
+        return registry.get_sample_value("voice_llm_prompt_tokens_total", {"how": how}) or 0.0
+
+    before = count("cached"), count("read")
+    fake_llm.add(Reply(text="Hello there.", prompt_tokens=30, cached_tokens=24))
+    async with connect(scripted_server) as client:
+        await client.send({"type": "user-text", "text": "Hello."})
+        await client.until("tts-complete", timeout=60)
+    assert (count("cached") - before[0], count("read") - before[1]) == (24, 6)

@@ -56,6 +56,13 @@ class TurnRecord:
     prompt_cached: int | None = None  # ... of which the model had computed before it was sent
 
     @property
+    def prompt_read(self) -> int | None:
+        """The answer's prompt tokens the model read once asked (None: none reported)."""
+        if self.prompt_tokens is None:
+            return None
+        return self.prompt_tokens - min(self.prompt_cached or 0, self.prompt_tokens)
+
+    @property
     def outcome(self) -> str:
         """One of ``TURN_OUTCOMES``: how the turn ended."""
         return ("error" if self.error else "taken_back" if self.taken_back
@@ -79,8 +86,7 @@ class TurnRecord:
             "overhead_ms": self.overhead_ms(),
             "longest_gap_ms": max(self.playback_gaps_ms, default=0.0),
             "early_cuts": self.early_cuts,
-            "prompt_read": None if self.prompt_tokens is None
-            else self.prompt_tokens - (self.prompt_cached or 0),
+            "prompt_read": self.prompt_read,
             "interrupted": self.interrupted,
             "error": self.error,
         }
@@ -174,10 +180,9 @@ class Metrics:
         if rec.speech_end is not None and rec.turn_decided is not None:
             self.end_of_turn.labels(rec.turn_decision or "silence").observe(
                 max(0.0, rec.turn_decided - rec.speech_end))
-        if rec.prompt_tokens is not None:
-            cached = min(rec.prompt_cached or 0, rec.prompt_tokens)
-            self.prompt_tokens.labels("cached").inc(cached)
-            self.prompt_tokens.labels("read").inc(rec.prompt_tokens - cached)
+        if rec.prompt_tokens is not None and rec.prompt_read is not None:
+            self.prompt_tokens.labels("cached").inc(rec.prompt_tokens - rec.prompt_read)
+            self.prompt_tokens.labels("read").inc(rec.prompt_read)
         self.turns.labels(rec.outcome).inc()
         if rec.outcome == "taken_back":
             self.taken_back.labels(rec.turn_decision or "silence").inc()

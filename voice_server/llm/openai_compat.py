@@ -306,7 +306,8 @@ async def _chain(first: Any, rest: Any) -> AsyncIterator[Any]:
 
 def _usage(usage: Any) -> Usage:
     """An OpenAI ``usage`` object; ``prompt_tokens_details.cached_tokens`` where the endpoint
-    reports its prompt cache."""
+    reports its prompt cache (read with getattr: an older openai client, which our pin
+    allows, may have no such field)."""
     details = getattr(usage, "prompt_tokens_details", None)
     return Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0,
                  getattr(details, "cached_tokens", None) or 0)

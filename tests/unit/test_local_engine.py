@@ -458,3 +458,43 @@ def test_a_question_ends_the_prefills_waiting_or_under_way(llama) -> None:
         assert question.gen.cached == 0  # the pool never idled: nothing read ahead
     finally:
         engine.close()
+
+
+def test_an_answer_in_parts_reads_each_certain_end_with_the_next_key(engine, monkeypatch) -> None:
+    """A structured answer of fixed keys (``json_template``): once a part's value is closed
+    (``null``, a string) its "," or "}" is given, and once a part's grammar is complete the next
+    key is read at once. The model never samples an end-of-text token between parts, nor a
+    "," after a null; the answer is the same JSON, keys in order."""
+    from voice_server.llm.local_decoding import json_template
+    from voice_server.llm.local_engine import LlamaEngine
+    from voice_server.llm.local_requests import SamplingParams
+
+    schema = {"type": "object", "additionalProperties": False,
+              "required": ["name", "time", "party_size"],
+              "properties": {"name": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                             "time": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                             "party_size": {"anyOf": [{"type": "integer"}, {"type": "null"}]}}}
+    opening, first, rest = json_template({"type": "json_schema",
+                                          "json_schema": {"name": "x", "schema": schema}})
+    params = SamplingParams(temperature=0.0, max_tokens=60, prefix=opening, grammar=first,
+                            grammar_lazy=False, segments=rest)
+    sampled: list[int] = []
+    take = LlamaEngine._take
+    monkeypatch.setattr(LlamaEngine, "_take",
+                        lambda self, gen, token: (sampled.append(token), take(self, gen, token)))
+    vocab = engine._vocab
+    note = {"role": "system", "content": (
+        "Write down the booking details the caller gives, null for those not given.\n"
+        'Caller: "Hello." -> {"name": null, "time": null, "party_size": null}\n'
+        'Caller: "For Anna." -> {"name": "Anna", "time": null, "party_size": null}')}
+    for user in ("Hello there.", "Four of us at 19:30, for Anna Smith."):
+        sampled.clear()
+        reader = Reader(engine, [note, {"role": "user", "content": user}], params=params)
+        text = reader.wait()
+        answer = json.loads(opening + text)  # the opening is read, not written
+        assert list(answer) == ["name", "time", "party_size"], text
+        assert not any(engine._c.llama_vocab_is_eog(vocab, t) for t in sampled), text
+        pieces = [engine._llama.detokenize([t]).decode() for t in sampled]
+        assert reader.end.usage.output_tokens >= len(sampled)
+        for i, piece in enumerate(pieces[:-1]):  # a null's "," or "}" was given, not sampled
+            assert not (piece.strip() == "null" and pieces[i + 1].strip() in (",", "}")), pieces

@@ -38,7 +38,8 @@ from typing import Any
 from ..compat import llama_model
 from .types import ToolCall
 
-__all__ = ["OPEN", "TRIGGERS", "StopText", "ToolCallSplitter", "chat_formatter", "forced_call",
+__all__ = ["OPEN", "TRIGGERS", "StopText", "ToolCallSplitter", "chat_formatter", "closed_json",
+           "forced_call",
            "forced_tools", "json_grammar", "json_template", "pattern_classes",
            "schema_gbnf", "template_messages", "tool_grammar", "tools_system_text"]
 
@@ -160,6 +161,16 @@ def json_template(response_format: dict[str, Any]) -> tuple[str, str, tuple[tupl
                       f'root ::= " "? value "{end}"\n{body}\n'))
     (opening, first), *rest = parts
     return opening, first, tuple(rest)
+
+
+def closed_json(text: str) -> bool:
+    """Whether ``text`` is a whole JSON value that no more text can extend: ``null``, a
+    string, an object; not a number ("2" may go on as "25")."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(value, bool) or not isinstance(value, (int, float))
 
 
 def json_grammar(response_format: dict[str, Any]) -> str:

@@ -66,7 +66,7 @@ from typing import Any
 from ..compat import llama_batch, llama_context, llama_model
 from .errors import LLMBadRequest, LLMError
 from .kv_slots import KVSlots, Slot
-from .local_decoding import OPEN, StopText, chat_formatter
+from .local_decoding import OPEN, StopText, chat_formatter, closed_json
 from .local_requests import Deliver, Generation, OtherWork, SamplingParams
 from .local_sampling import sampler, token_piece
 from .thread_choice import ThreadChoice
@@ -101,6 +101,10 @@ class LlamaEngine:
         self._ctx = llama_context(llama, params)
         self._batch = llama_batch(n_batch)
         self._vocab = llama_cpp.llama_model_get_vocab(llama_model(llama).model)
+        self._json_ends = [t for text in (b",", b"}") for t in llama.tokenize(
+            text, add_bos=False, special=False)[:1]]  # what closes a part (json_template)
+        self._eos = next((t for t in (llama_cpp.llama_vocab_eos(self._vocab),
+                                      llama_cpp.llama_vocab_eot(self._vocab)) if t >= 0), None)
         self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx.ctx))  # shared by all slots
         self._kv = KVSlots(llama_cpp, self._ctx.ctx, slots, self.n_ctx)
         self._n_batch = n_batch
@@ -400,13 +404,52 @@ class LlamaEngine:
                 self._finish(gen, reason="stop")
             return
         gen.produced += 1
-        self._deliver(gen, token_piece(self._vocab, token))
+        piece = token_piece(self._vocab, token)
+        self._deliver(gen, piece)
+        if gen.params.segments and not gen.finished:
+            gen.part += piece
+            self._end_part(gen, token)
 
-    def _next_segment(self, gen: Generation) -> None:
-        """Read the next part's given text (one batch, like a prompt) and switch grammars."""
+    def _end_part(self, gen: Generation, token: int) -> None:
+        """End a part of an answer written in parts (``json_template``) as soon as its end is
+        certain, so that its last tokens are read in the same batch as the next part's given
+        text (or the answer ends), instead of a step each: ~80 ms with the 1.5B model on 2
+        cores, seven of a booking note's 22 steps. A part's grammar ends with its "," or "}":
+
+        - once the grammar may end, nothing else may follow (the model would only sample its
+          end-of-text token next);
+        - once the value is a closed JSON value (``null``, a string: not a number, which may
+          go on), its "," or "}" is the only text that may follow but a space: it is given.
+        """
+        sampler, eos = gen.sampler, self._eos
+        if sampler is None or eos is None:
+            return
+        given = [token]
+        if not sampler.allows(eos):
+            if not closed_json(gen.part.decode("utf-8", "replace")):
+                return
+            end = next((t for t in self._json_ends if sampler.allows(t)), None)
+            if end is None:
+                return
+            sampler.accept(end)
+            given.append(end)
+            gen.produced += 1
+            self._deliver(gen, token_piece(self._vocab, end))
+            if gen.finished:
+                return
+        if gen.segments:
+            self._next_segment(gen, given)
+        else:
+            self._finish(gen, reason="stop")
+
+    def _next_segment(self, gen: Generation, last: list[int] | None = None) -> None:
+        """Read the next part's given text (one batch, like a prompt; after ``last``, the
+        previous part's last tokens, not yet decoded) and switch grammars."""
         given, grammar = gen.segments.pop(0)
-        gen.pending = self._llama.tokenize(given.encode("utf-8"), add_bos=False, special=False)
-        gen.last = None  # the end-of-text token is not part of the answer
+        gen.pending = [*(last or ()), *self._llama.tokenize(
+            given.encode("utf-8"), add_bos=False, special=False)]
+        gen.part = b""
+        gen.last = None  # an end-of-text token is not part of the answer
         gen.sampler = None  # freed here, on the thread that samples with it
         try:
             gen.sampler = sampler(replace(gen.params, grammar=grammar, grammar_lazy=False),

@@ -67,6 +67,7 @@ class Generation:
         self.sampler: Sampler | None = None
         self.text = StopText(params.stop)
         self.segments = list(params.segments)  # parts still to write (SamplingParams.segments)
+        self.part = b""  # what the model wrote of the part it writes (of those)
         self.finished = False
 
     @property

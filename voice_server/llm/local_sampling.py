@@ -44,6 +44,12 @@ class Sampler(Protocol):
     def sample(self, ctx: Any, index: int) -> int:
         """The next token for the logits at ``index`` of ``ctx``, accepted by the sampler."""
 
+    def allows(self, token: int) -> bool:
+        """Whether the answer's grammar may take ``token`` next (True without one)."""
+
+    def accept(self, token: int) -> None:
+        """Take ``token`` as the next one, given (one the grammar ``allows``)."""
+
 
 def token_piece(vocab: Any, token: int, *, special: bool = False) -> bytes:
     """The bytes of ``token``; ``special``: control tokens as their text, not as nothing."""
@@ -122,6 +128,12 @@ class ChainSampler:
                               ctypes.byref(candidates))
         return bool(np.isfinite(cell[0].logit))
 
+    def accept(self, token: int) -> None:
+        """Take ``token`` as the next one (the grammar must allow it: ``allows``)."""
+        import llama_cpp as c
+
+        c.llama_sampler_accept(self.chain.sampler, token)
+
     def feed(self, text: str) -> bool:
         """Accept ``text`` as written (its tokens, each tested first); False at the first
         token the grammar rejects (this sampler is then spent)."""
@@ -175,6 +187,12 @@ class LazyToolSampler:
             return token
         self.strict = strict
         return strict.sample(ctx, index)
+
+    def allows(self, token: int) -> bool:
+        return (self.strict or self.free).allows(token)
+
+    def accept(self, token: int) -> None:
+        (self.strict or self.free).accept(token)
 
     def _trigger_start(self, text: str) -> int | None:
         """Where the first matching pattern's first group starts (the call's first

@@ -302,6 +302,6 @@ async def test_one_responder_serves_sessions_concurrently(fake: FakeOpenAI, gate
 def test_the_date_line_names_today_on_the_server_s_clock() -> None:
     from datetime import datetime
 
-    from voice_server.playbook.responder import _today
+    from voice_server.playbook.requests import today_line
 
-    assert _today(datetime(2026, 12, 31, 9, 5).timestamp()) == "Today is Thursday 2026-12-31."
+    assert today_line(datetime(2026, 12, 31, 9, 5).timestamp()) == "Today is Thursday 2026-12-31."

@@ -20,6 +20,9 @@ One call of ``respond(ctx)`` is one user turn:
 6. when the model answers without tools, or the rounds are spent (then the request carries no
    tools so it must answer), the answer has streamed and the turn ends.
 
+The requests the model gets are built in ``requests.py`` (``StageRequests``); while the caller
+speaks, ``prefill`` has the embedded model read the turn's first one up to their words.
+
 Spec: "Playbook Mode Events" (``tool-call-start``, ``tool-call-end``, ``stage-change``).
 
 History: the assistant message carrying ``tool_calls`` and every ``tool`` result are appended to
@@ -55,7 +58,8 @@ from ..llm import (
 from ..pipeline.turn import DEFAULT_WINDOW, HistoryWindow, TurnContext, llm_messages
 from ..protocol import StageChange, ToolCallEnd, ToolCallStart
 from .collect import FactSheet, declined, standing_offer
-from .engine import TRANSITION_TOOL, Decision, Engine, PlaybookState, StagePlan, ToolEvent
+from .engine import TRANSITION_TOOL, Decision, Engine, PlaybookState, ToolEvent
+from .requests import StageRequests, last_asked
 from .schema import Playbook
 from .tools import ToolOutcome, ToolRunner, answer_of, offer_of
 
@@ -63,7 +67,6 @@ __all__ = ["PlaybookResponder", "TurnContext"]
 
 log = logging.getLogger(__name__)
 
-INTENT_TOOL = "classify_intent"
 FINAL_NUDGE = "Reply to the user now in one or two short sentences, using the information above."
 MAX_CALLS_PER_ROUND = 16  # a runaway model's extra calls in one answer are dropped
 UNINTERRUPTIBLE_KEY = "uninterruptible"  # in ctx.state while a turn announces such a result
@@ -116,9 +119,11 @@ class PlaybookResponder:
         self._router = router
         self._history = history
         self._timeout_s = timeout_s
-        self._defaults = (model, temperature, max_tokens)
         self._clock = clock
         self._tools = tools or ToolRunner(playbook, executor=executor)
+        self.requests = StageRequests(playbook, self.engine, self._tools, history=history,
+                                      timeout_s=timeout_s, defaults=(model, temperature,
+                                                                     max_tokens))
 
     async def __aenter__(self) -> PlaybookResponder:
         return self
@@ -157,7 +162,15 @@ class PlaybookResponder:
 
     # -- one turn ------------------------------------------------------------------------
     async def prefill(self, ctx: TurnContext) -> None:
-        """Nothing: a turn's first prompt depends on its words' intent and facts."""
+        """Have the embedded model read ahead the prompt of the turn's first request, up to
+        the words heard so far (``StageRequests.first``, ``LLMRouter.warm``)."""
+        if (request := self.requests.first(ctx, self._clock())) is not None:
+            with contextlib.suppress(LLMError):
+                await self._router.warm(request, save=False)
+
+    def warm_requests(self) -> list[ChatRequest]:
+        """A request of each kind a stage makes (``StageRequests.warm``: server/warm.py)."""
+        return self.requests.warm(self._clock())
 
     async def respond(self, ctx: TurnContext) -> AsyncIterator[str]:
         """Yield the spoken text deltas of one turn (see the module docstring)."""
@@ -192,7 +205,7 @@ class PlaybookResponder:
             extra = [fallback[1]] if fallback and fallback[0] == st.stage else []
             history = llm_messages(ctx.history[st.history_from:], self._history)
             turn = [ctx.user_message, *turn_msgs]
-            request = self._stage_request(plan, history, turn, extra, final=final)
+            request = self.requests.answer(plan, history, turn, extra, self._clock(), final=final)
             if turn_msgs and not request.tools:  # the answer to a result, with no tool to
                 # call: told so, a small model spoke instead of writing the result as JSON
                 request.messages.append({"role": "system", "content": FINAL_NUDGE})
@@ -218,28 +231,6 @@ class PlaybookResponder:
                 yield say
             if answered:
                 return
-
-    def _stage_request(self, plan: StagePlan, history: list[dict[str, Any]],
-                       turn: list[dict[str, Any]], extra_tools: list[str], *,
-                       final: bool) -> ChatRequest:
-        """The stage's answer: its instructions and tools (the same for every session: the
-        prompt's prefix), the ``history``, what this session knows (``plan.context``), then
-        this ``turn`` (the user's message, the tool exchange so far); no tools when ``final``."""
-        specs = [] if final else self._tools.specs([*plan.tools, *extra_tools])
-        if plan.transition_tool is not None and not final:
-            specs.append(plan.transition_tool)
-        context = "\n\n".join(part for part in (
-            plan.context, _today(self._clock()) if self.playbook.globals.today else "") if part)
-        messages = [*([{"role": "system", "content": plan.system_prompt}]
-                      if plan.system_prompt else []), *history,
-                    *([{"role": "system", "content": context}] if context else []), *turn]
-        model, temperature, max_tokens = self._defaults
-        return ChatRequest(messages=messages, model=plan.model or model,
-                           temperature=temperature if plan.temperature is None
-                           else plan.temperature,
-                           max_tokens=plan.max_tokens or max_tokens, tools=specs or None,
-                           tool_choice=plan.tool_choice if specs else None,
-                           timeout_s=self._timeout_s)
 
     async def _tool_round(self, ctx: TurnContext, st: PlaybookState,
                           calls: tuple[ToolCall, ...], spoken: str,
@@ -293,9 +284,8 @@ class PlaybookResponder:
         model. Returns the texts to say and whether they answer the turn; None when the note
         failed (an endpoint without structured output): the model then gets the tool itself,
         as in a stage without ``collect``."""
-        asked = next((str(m["content"]) for m in reversed(ctx.history[st.history_from:])
-                      if m.get("role") == "assistant" and m.get("content")), None)
-        request = self._note_request(st, sheet, asked, text)
+        asked = last_asked(ctx, st)
+        request = self.requests.note(st, sheet, asked, text, self._clock())
         noted: dict[str, Any] = {}
         try:
             result = await self._router.complete(request)
@@ -397,7 +387,7 @@ class PlaybookResponder:
     async def _classify(self, st: PlaybookState, ctx: TurnContext, text: str,
                         intents: list[str]) -> str | None:
         """Ask the LLM which intent the user turn expresses (``none`` when no intent fits)."""
-        request = self._intent_request(st, text, intents)
+        request = self.requests.intent(st, text, intents)
         try:
             result = await self._router.complete(request)
         except LLMError as exc:
@@ -412,56 +402,6 @@ class PlaybookResponder:
         found = [n for n in intents if n.lower() in answer]
         return found[0] if len(found) == 1 else None
 
-    def _intent_request(self, st: PlaybookState, text: str, intents: list[str]) -> ChatRequest:
-        described = "\n".join(f"- {n}: {self.playbook.intents.get(n, '')}" for n in intents)
-        prompt = (self.playbook.globals.intent_prompt or
-                  "Classify the user's last message. Answer with the intent that fits, or "
-                  "'none'.") + "\nIntents:\n" + described
-        tool = {"type": "function", "function": {
-            "name": INTENT_TOOL, "description": "Report the intent of the user's message.",
-            "parameters": {"type": "object", "properties": {
-                "intent": {"type": "string", "enum": [*intents, "none"]}},
-                "required": ["intent"]}}}
-        return ChatRequest(messages=[{"role": "system", "content": prompt},
-                                     {"role": "user", "content": text}],
-                           model=self.engine.plan(st, first_round=True).model,
-                           temperature=0.0, max_tokens=40, tools=[tool],
-                           tool_choice={"type": "function", "function": {"name": INTENT_TOOL}},
-                           timeout_s=self._timeout_s)
-
-    def _note_request(self, st: PlaybookState, sheet: FactSheet, asked: str | None,
-                      text: str) -> ChatRequest:
-        messages = sheet.note_messages(asked, text)
-        if self.playbook.globals.today:  # after the stage's fixed prompt: it stays cached
-            messages.insert(1, {"role": "system", "content": _today(self._clock())})
-        return ChatRequest(messages=messages,
-                           model=self.engine.plan(st, first_round=True).model,
-                           temperature=0.0, max_tokens=48 + 24 * len(sheet.properties),
-                           response_format=sheet.note_format(frozenset(st.data)),
-                           timeout_s=self._timeout_s)
-
-    def warm_requests(self) -> list[ChatRequest]:
-        """A request of each kind a stage makes (intent, facts, answer), with a user's "Hello."
-        as the turn: their prompts start as a call's will, so a model that computes them ahead
-        (``LLMRouter.warm``, server/warm.py) answers a stage's first turn as quickly as its
-        later ones. The first stage comes first; a request two stages make alike (the same
-        intents) is listed once."""
-        pb, now = self.playbook, self._clock()
-        hello = "Hello."
-        out: list[ChatRequest] = []
-        for name in sorted(pb.stages, key=lambda n: n != pb.initial_stage):
-            st = dataclasses.replace(self.engine.initial_state(now), stage=name)
-            kinds = []
-            if intents := self.engine.needs_intent(st):
-                kinds.append(self._intent_request(st, hello, intents))
-            if (sheet := self.engine.sheets.get(name)) is not None:
-                kinds.append(self._note_request(st, sheet, None, hello))
-            kinds.append(self._stage_request(self.engine.plan(st, first_round=True), [],
-                                             [{"role": "user", "content": hello}], [],
-                                             final=False))
-            out += [request for request in kinds if request not in out]
-        return out
-
     def _save(self, ctx: TurnContext, st: PlaybookState) -> None:
         ctx.state.update(st.to_dict())
 
@@ -469,14 +409,6 @@ class PlaybookResponder:
         """Today, for the days a caller names, when the playbook gives it (``globals.today``)."""
         return datetime.fromtimestamp(self._clock()).astimezone().date() \
             if self.playbook.globals.today else None
-
-
-def _today(now: float) -> str:
-    """The date line of ``globals.today``, after the history and the stage's fixed prompt (so
-    those stay cached). Only the day: with the time and the next week's dates as well, the 1.5B
-    model lost its voice (it echoed its last question: "And your name, please?"); the days a
-    caller names are worked out in code (``collect.spoken_day``)."""
-    return f"Today is {datetime.fromtimestamp(now).astimezone():%A %Y-%m-%d}."
 
 
 def _loose_args(raw: str) -> dict[str, Any]:

@@ -1,0 +1,158 @@
+"""``StageRequests``: the LLM requests a playbook's turn makes, built in one place.
+
+A turn (``responder.py``) may ask the model three things, each a ``ChatRequest``:
+
+- ``intent``: which of the stage's intents the caller's words express (a forced tool call);
+- ``note``: the details a caller gave in a stage with ``collect`` (structured output,
+  ``collect.FactSheet``);
+- ``answer``: the stage's answer, streamed, with its tools.
+
+Each starts with what is the same for every session of a stage (its instructions, tools and
+examples), so that prefix is computed once and kept (``warm``: server/warm.py); what a session
+knows follows it. ``first`` is the request a turn would start with, for the model to read
+while the caller still speaks (``PlaybookResponder.prefill``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+from typing import Any
+
+from ..llm import ChatRequest, message_text
+from ..pipeline.turn import DEFAULT_WINDOW, HistoryWindow, TurnContext, llm_messages
+from .collect import FactSheet
+from .engine import Engine, PlaybookState, StagePlan
+from .schema import Playbook
+from .tools import ToolRunner
+
+__all__ = ["INTENT_TOOL", "StageRequests", "last_asked", "today_line"]
+
+INTENT_TOOL = "classify_intent"
+
+
+class StageRequests:
+    """The requests of one playbook (``responder.PlaybookResponder`` holds one).
+    ``defaults``: (model, temperature, max_tokens) where the playbook and the stage leave them
+    unset; ``timeout_s``: each request's deadline; ``history``: how much history an answer
+    sends."""
+
+    def __init__(self, playbook: Playbook, engine: Engine, tools: ToolRunner, *,
+                 history: HistoryWindow = DEFAULT_WINDOW, timeout_s: float | None = 30.0,
+                 defaults: tuple[str | None, float | None, int | None] = (None, None, None),
+                 ) -> None:
+        self.playbook = playbook
+        self.engine = engine
+        self._tools = tools
+        self._history = history
+        self._timeout_s = timeout_s
+        self._defaults = defaults
+
+    def answer(self, plan: StagePlan, history: list[dict[str, Any]],
+               turn: list[dict[str, Any]], extra_tools: list[str], now: float, *,
+               final: bool) -> ChatRequest:
+        """The stage's answer: its instructions and tools (the same for every session: the
+        prompt's prefix), the ``history``, what this session knows (``plan.context``), then
+        this ``turn`` (the user's message, the tool exchange so far); no tools when ``final``."""
+        specs = [] if final else self._tools.specs([*plan.tools, *extra_tools])
+        if plan.transition_tool is not None and not final:
+            specs.append(plan.transition_tool)
+        context = "\n\n".join(part for part in (
+            plan.context, today_line(now) if self.playbook.globals.today else "") if part)
+        messages = [*([{"role": "system", "content": plan.system_prompt}]
+                      if plan.system_prompt else []), *history,
+                    *([{"role": "system", "content": context}] if context else []), *turn]
+        model, temperature, max_tokens = self._defaults
+        return ChatRequest(messages=messages, model=plan.model or model,
+                           temperature=temperature if plan.temperature is None
+                           else plan.temperature,
+                           max_tokens=plan.max_tokens or max_tokens, tools=specs or None,
+                           tool_choice=plan.tool_choice if specs else None,
+                           timeout_s=self._timeout_s)
+
+    def intent(self, st: PlaybookState, text: str, intents: list[str]) -> ChatRequest:
+        """Which of ``intents`` the user's ``text`` expresses (or "none"): a forced call."""
+        described = "\n".join(f"- {n}: {self.playbook.intents.get(n, '')}" for n in intents)
+        prompt = (self.playbook.globals.intent_prompt or
+                  "Classify the user's last message. Answer with the intent that fits, or "
+                  "'none'.") + "\nIntents:\n" + described
+        tool = {"type": "function", "function": {
+            "name": INTENT_TOOL, "description": "Report the intent of the user's message.",
+            "parameters": {"type": "object", "properties": {
+                "intent": {"type": "string", "enum": [*intents, "none"]}},
+                "required": ["intent"]}}}
+        return ChatRequest(messages=[{"role": "system", "content": prompt},
+                                     {"role": "user", "content": text}],
+                           model=self.engine.plan(st, first_round=True).model,
+                           temperature=0.0, max_tokens=40, tools=[tool],
+                           tool_choice={"type": "function", "function": {"name": INTENT_TOOL}},
+                           timeout_s=self._timeout_s)
+
+    def note(self, st: PlaybookState, sheet: FactSheet, asked: str | None, text: str,
+             now: float) -> ChatRequest:
+        """The details the caller's ``text`` gives, in answer to ``asked``."""
+        messages = sheet.note_messages(asked, text)
+        if self.playbook.globals.today:  # after the stage's fixed prompt: it stays cached
+            messages.insert(1, {"role": "system", "content": today_line(now)})
+        return ChatRequest(messages=messages,
+                           model=self.engine.plan(st, first_round=True).model,
+                           temperature=0.0, max_tokens=48 + 24 * len(sheet.properties),
+                           response_format=sheet.note_format(frozenset(st.data)),
+                           timeout_s=self._timeout_s)
+
+    def first(self, ctx: TurnContext, now: float) -> ChatRequest | None:
+        """The request the turn of ``ctx`` would start with, its user message the words heard
+        so far: the note in a stage with ``collect``, else the stage's answer; None when an
+        intent is to be asked first (a few tokens after its saved prompt, not worth reading
+        ahead). A transition that fires at the turn's start would change it: then the model
+        read ahead for nothing, while it had nothing else to do.
+
+        Why: a typed booking note read ~20-35 tokens after the stage's saved prompt, 0.4-0.6 s
+        of its 1.3-1.7 s (1.5B model, 2 cores); the agent's question and the message's opening,
+        about half of them, are known before the caller's first word."""
+        st = self.engine.restore(ctx.state, now)
+        text = message_text(ctx.user_message)
+        if self.engine.needs_intent(st, text, now):
+            return None
+        if (sheet := self.engine.sheets.get(st.stage)) is not None:
+            return self.note(st, sheet, last_asked(ctx, st), text, now)
+        history = llm_messages(ctx.history[st.history_from:], self._history)
+        return self.answer(self.engine.plan(st, first_round=True), history,
+                           [ctx.user_message], [], now, final=False)
+
+    def warm(self, now: float) -> list[ChatRequest]:
+        """A request of each kind a stage makes (intent, facts, answer), with a user's "Hello."
+        as the turn: their prompts start as a call's will, so a model that computes them ahead
+        (``LLMRouter.warm``, server/warm.py) answers a stage's first turn as quickly as its
+        later ones. The first stage comes first; a request two stages make alike (the same
+        intents) is listed once."""
+        pb = self.playbook
+        hello = "Hello."
+        out: list[ChatRequest] = []
+        for name in sorted(pb.stages, key=lambda n: n != pb.initial_stage):
+            st = dataclasses.replace(self.engine.initial_state(now), stage=name)
+            kinds = []
+            if intents := self.engine.needs_intent(st):
+                kinds.append(self.intent(st, hello, intents))
+            if (sheet := self.engine.sheets.get(name)) is not None:
+                kinds.append(self.note(st, sheet, None, hello, now))
+            kinds.append(self.answer(self.engine.plan(st, first_round=True), [],
+                                     [{"role": "user", "content": hello}], [], now,
+                                     final=False))
+            out += [request for request in kinds if request not in out]
+        return out
+
+
+def last_asked(ctx: TurnContext, st: PlaybookState) -> str | None:
+    """The agent's last words in the playbook's view of the history (what the caller
+    answers)."""
+    return next((str(m["content"]) for m in reversed(ctx.history[st.history_from:])
+                 if m.get("role") == "assistant" and m.get("content")), None)
+
+
+def today_line(now: float) -> str:
+    """The date line of ``globals.today``, after the history and the stage's fixed prompt (so
+    those stay cached). Only the day: with the time and the next week's dates as well, the 1.5B
+    model lost its voice (it echoed its last question: "And your name, please?"); the days a
+    caller names are worked out in code (``collect.spoken_day``)."""
+    return f"Today is {datetime.fromtimestamp(now).astimezone():%A %Y-%m-%d}."

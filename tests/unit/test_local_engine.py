@@ -498,3 +498,28 @@ def test_an_answer_in_parts_reads_each_certain_end_with_the_next_key(engine, mon
         assert reader.end.usage.output_tokens >= len(sampled)
         for i, piece in enumerate(pieces[:-1]):  # a null's "," or "}" was given, not sampled
             assert not (piece.strip() == "null" and pieces[i + 1].strip() in (",", "}")), pieces
+
+
+def test_values_with_one_possible_text_are_read_not_written(engine) -> None:
+    """``json_template`` gives a null-only value with the keys around it; the last such end
+    the answer without another step: the model writes the name only."""
+    from voice_server.llm.local_decoding import json_template
+    from voice_server.llm.local_requests import SamplingParams
+
+    schema = {"type": "object", "additionalProperties": False,
+              "required": ["name", "time", "party_size"],
+              "properties": {"name": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                             "time": {"type": "null"}, "party_size": {"type": "null"}}}
+    opening, first, rest = json_template({"type": "json_schema",
+                                          "json_schema": {"name": "x", "schema": schema}})
+    assert rest == ((' "time": null, "party_size": null}', None),)
+    params = SamplingParams(temperature=0.0, max_tokens=60, prefix=opening, grammar=first,
+                            grammar_lazy=False, segments=rest)
+    note = {"role": "system", "content": "Write down the caller's name as JSON."}
+    reader = Reader(engine, [note, {"role": "user", "content": "It's for Anna Smith."}],
+                    params=params)
+    text = reader.wait()
+    answer = json.loads(opening + text)
+    assert list(answer) == ["name", "time", "party_size"] and answer["time"] is None
+    assert text.endswith(' "time": null, "party_size": null}')
+    assert reader.end.finish_reason == "stop"

@@ -106,6 +106,9 @@ class LocalLlamaProvider:
         messages, params, tools, splitter, opening = self._prepare(request)
         if opening:  # read, not generated: part of the answer all the same
             yield StreamEvent(text=opening)
+        if params.prefix and params.grammar is None and not tools:  # every value given
+            yield StreamEvent(done=True, finish_reason="stop", usage=Usage())
+            return
         try:
             stream = await self.worker.open_stream("generate", messages, params, tools)
         except WorkerError as exc:

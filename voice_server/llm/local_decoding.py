@@ -137,15 +137,19 @@ def forced_call(tool: dict[str, Any]) -> tuple[str, str]:
             f'root ::= arguments "}}"\n{body}\n')
 
 
-def json_template(response_format: dict[str, Any]) -> tuple[str, str, tuple[tuple[str, str],
-                                                                             ...]] | None:
+def json_template(response_format: dict[str, Any]) -> tuple[str, str | None, tuple[
+        tuple[str, str | None], ...]] | None:
     """An object answer whose keys are all required and fixed (``additionalProperties: false``)
     written in parts: its keys are read, only the values are generated. Returns the text that
-    opens it, the first value's grammar, and (key text, value grammar) for each next value;
-    None for any other schema. Each grammar ends with the "," or "}" after its value, so the
+    opens it, the first value's grammar, and (text, value grammar) for each next value; None
+    for any other schema. Each grammar ends with the "," or "}" after its value, so the
     model closes the value where it wants to (a number cannot run on into the next key), and
     the engine reads the next key once the grammar is complete (``SamplingParams.segments``).
-    A structured answer of three keys is 12 tokens shorter to generate."""
+    A structured answer of three keys is 12 tokens shorter to generate.
+
+    A value with one possible text (``{"type": "null"}``, a ``const``) is read with the keys
+    around it. When the last values are such, the last part's grammar is None: that text ends
+    the answer; when every value is, the first grammar is None: the opening is the answer."""
     schema = (response_format.get("json_schema") or {}).get("schema") \
         if response_format.get("type") == "json_schema" else None
     if not isinstance(schema, dict) or schema.get("additionalProperties") is not False:
@@ -153,14 +157,32 @@ def json_template(response_format: dict[str, Any]) -> tuple[str, str, tuple[tupl
     props = schema.get("properties") or {}
     if not props or list(schema.get("required") or []) != list(props):
         return None
-    parts = []
+    parts: list[tuple[str, str | None]] = []
+    text = "{"
     for i, (key, sub) in enumerate(props.items()):
-        body = schema_gbnf(sub if isinstance(sub, dict) else {}, root="value")
         end = "}" if i == len(props) - 1 else ","
-        parts.append((("{" if i == 0 else " ") + json.dumps(key) + ":",
-                      f'root ::= " "? value "{end}"\n{body}\n'))
+        text += ("" if i == 0 else " ") + json.dumps(key) + ":"
+        if (given := _one_value(sub)) is not None:
+            text += " " + given + end
+            continue
+        body = schema_gbnf(sub if isinstance(sub, dict) else {}, root="value")
+        parts.append((text, f'root ::= " "? value "{end}"\n{body}\n'))
+        text = ""
+    if text or not parts:
+        parts.append((text, None))
     (opening, first), *rest = parts
     return opening, first, tuple(rest)
+
+
+def _one_value(schema: Any) -> str | None:
+    """The JSON text of the one value ``schema`` allows, if it allows one (null, a const)."""
+    if not isinstance(schema, dict):
+        return None
+    if "const" in schema:
+        return json.dumps(schema["const"])
+    if schema.get("type") == "null" or schema.get("enum") == [None]:
+        return "null"
+    return None
 
 
 def closed_json(text: str) -> bool:

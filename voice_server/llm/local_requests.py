@@ -38,8 +38,9 @@ class SamplingParams:
     grammar_lazy: bool = True  # ... only from "<tool_call>" on (else from the first token)
     prefix: str = ""  # the start of the answer, given (written after the prompt)
     # an answer written in parts: when ``grammar`` is complete, each (text, grammar) pair gives
-    # the text that follows (read, not generated) and the grammar of the part after it
-    segments: tuple[tuple[str, str], ...] = ()
+    # the text that follows (read, not generated) and the grammar of the part after it (None:
+    # the text ends the answer)
+    segments: tuple[tuple[str, str | None], ...] = ()
     prompt_only: bool = False  # compute the prompt's cache; answer nothing
     # ... and save it in memory (a playbook stage's prompt, for every call); False: a prefill,
     # kept in its slot only, for the question about to come (the module docstring)

@@ -97,7 +97,8 @@ class StageRequests:
         return ChatRequest(messages=messages,
                            model=self.engine.plan(st, first_round=True).model,
                            temperature=0.0, max_tokens=48 + 24 * len(sheet.properties),
-                           response_format=sheet.note_format(frozenset(st.data)),
+                           response_format=sheet.note_format(
+                               frozenset(st.data) | sheet.unsayable(text)),
                            timeout_s=self._timeout_s)
 
     def first(self, ctx: TurnContext, now: float) -> ChatRequest | None:

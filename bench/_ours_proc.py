@@ -2,7 +2,8 @@
 
 ``python bench/_ours_proc.py '{"llm_provider": ...}'`` prints ``{"port": N}`` once serving, then
 answers each ``dump`` line on stdin with one JSON line: the turn records since the last dump and
-event-loop lag (how late a 20 ms timer fires: blocking work on the loop shows up here).
+event-loop lag (how late a 20 ms timer fires: blocking work on the loop shows up here); a
+``warm`` line, once the playbooks' stage prompts are computed (``{"warm_s": ...}``).
 EOF on stdin stops it. With ``BENCH_SERVER_LOG=FILE`` in the environment the server and its
 model workers log at DEBUG to FILE (each end-of-turn verdict and its reasons, barge-in
 decisions, the LLM's prompt tokens and how many were cached).
@@ -74,7 +75,13 @@ async def main() -> None:
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
         try:
             while line := await reader.readline():
-                if line.strip() == b"dump":
+                if line.strip() == b"warm":  # wait for the playbooks' stage prompts
+                    started = time.monotonic()
+                    while server.warmer.busy:  # noqa: ASYNC110 - no event announces it
+                        await asyncio.sleep(0.5)
+                    print(json.dumps({"warm_s": round(time.monotonic() - started, 1)}),
+                          flush=True)
+                elif line.strip() == b"dump":
                     turns = []
                     while server.last_turns:  # the records since the last dump, once each
                         turns.append(server.last_turns.popleft())

@@ -53,6 +53,20 @@ async def test_a_note_of_the_caller_s_facts_is_read_up_to_their_words(fake, reco
         assert ahead.messages[-1] == {"role": "user", "content": "For two"}
 
 
+async def test_words_that_fire_a_transition_read_the_next_stage_s_request(fake, recording
+                                                                          ) -> None:
+    """"... book a table" moves the greeting to the booking stage (a keyword): its note is
+    read ahead, with the greeting as the question the caller answers."""
+    async with PlaybookResponder(load_playbook(PLAYBOOKS / "restaurant.yaml"),
+                                 recording) as pb:
+        call = Conversation(pb, history=[{"role": "assistant", "content": "Luigi's, hello."}])
+        await pb.prefill(call.context("Hello, I would like to book a table"))
+        [(ahead, _)] = recording.warmed
+        assert ahead.response_format is not None  # the booking stage's note of facts
+        assert ahead.messages[-2] == {"role": "assistant", "content": "Luigi's, hello."}
+        assert call.state == {}  # the session's state is untouched
+
+
 SHOP = """\
 id: shop
 initial_stage: greet

@@ -16,6 +16,7 @@ while the caller still speaks (``PlaybookResponder.prefill``).
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -31,22 +32,19 @@ __all__ = ["INTENT_TOOL", "StageRequests", "last_asked", "today_line"]
 INTENT_TOOL = "classify_intent"
 
 
+@dataclass(frozen=True)
 class StageRequests:
     """The requests of one playbook (``responder.PlaybookResponder`` holds one).
     ``defaults``: (model, temperature, max_tokens) where the playbook and the stage leave them
     unset; ``timeout_s``: each request's deadline; ``history``: how much history an answer
     sends."""
 
-    def __init__(self, playbook: Playbook, engine: Engine, tools: ToolRunner, *,
-                 history: HistoryWindow = DEFAULT_WINDOW, timeout_s: float | None = 30.0,
-                 defaults: tuple[str | None, float | None, int | None] = (None, None, None),
-                 ) -> None:
-        self.playbook = playbook
-        self.engine = engine
-        self._tools = tools
-        self._history = history
-        self._timeout_s = timeout_s
-        self._defaults = defaults
+    playbook: Playbook
+    engine: Engine
+    tools: ToolRunner
+    history: HistoryWindow = DEFAULT_WINDOW
+    timeout_s: float | None = 30.0
+    defaults: tuple[str | None, float | None, int | None] = (None, None, None)
 
     def answer(self, plan: StagePlan, history: list[dict[str, Any]],
                turn: list[dict[str, Any]], extra_tools: list[str], now: float, *,
@@ -54,7 +52,7 @@ class StageRequests:
         """The stage's answer: its instructions and tools (the same for every session: the
         prompt's prefix), the ``history``, what this session knows (``plan.context``), then
         this ``turn`` (the user's message, the tool exchange so far); no tools when ``final``."""
-        specs = [] if final else self._tools.specs([*plan.tools, *extra_tools])
+        specs = [] if final else self.tools.specs([*plan.tools, *extra_tools])
         if plan.transition_tool is not None and not final:
             specs.append(plan.transition_tool)
         context = "\n\n".join(part for part in (
@@ -62,13 +60,13 @@ class StageRequests:
         messages = [*([{"role": "system", "content": plan.system_prompt}]
                       if plan.system_prompt else []), *history,
                     *([{"role": "system", "content": context}] if context else []), *turn]
-        model, temperature, max_tokens = self._defaults
+        model, temperature, max_tokens = self.defaults
         return ChatRequest(messages=messages, model=plan.model or model,
                            temperature=temperature if plan.temperature is None
                            else plan.temperature,
                            max_tokens=plan.max_tokens or max_tokens, tools=specs or None,
                            tool_choice=plan.tool_choice if specs else None,
-                           timeout_s=self._timeout_s)
+                           timeout_s=self.timeout_s)
 
     def intent(self, st: PlaybookState, text: str, intents: list[str]) -> ChatRequest:
         """Which of ``intents`` the user's ``text`` expresses (or "none"): a forced call."""
@@ -86,7 +84,7 @@ class StageRequests:
                            model=self.engine.plan(st, first_round=True).model,
                            temperature=0.0, max_tokens=40, tools=[tool],
                            tool_choice={"type": "function", "function": {"name": INTENT_TOOL}},
-                           timeout_s=self._timeout_s)
+                           timeout_s=self.timeout_s)
 
     def note(self, st: PlaybookState, sheet: FactSheet, asked: str | None, text: str,
              now: float) -> ChatRequest:
@@ -99,7 +97,7 @@ class StageRequests:
                            temperature=0.0, max_tokens=48 + 24 * len(sheet.properties),
                            response_format=sheet.note_format(
                                frozenset(st.data) | sheet.unsayable(text)),
-                           timeout_s=self._timeout_s)
+                           timeout_s=self.timeout_s)
 
     def first(self, ctx: TurnContext, now: float) -> ChatRequest | None:
         """The request the turn of ``ctx`` would start with, its user message the words heard
@@ -120,7 +118,7 @@ class StageRequests:
             st.history_from = len(ctx.history)
         if (sheet := self.engine.sheets.get(st.stage)) is not None:
             return self.note(st, sheet, last_asked(ctx, st), text, now)
-        history = llm_messages(ctx.history[st.history_from:], self._history)
+        history = llm_messages(ctx.history[st.history_from:], self.history)
         return self.answer(self.engine.plan(st, first_round=True), history,
                            [ctx.user_message], [], now, final=False)
 

@@ -321,29 +321,39 @@ def test_a_new_conversation_shares_another_slot_s_prefix(engine) -> None:
 
 def test_a_forced_call_is_read_from_its_start_and_checked_quickly(engine, monkeypatch) -> None:
     """A call forced on the answer: its start is part of the prompt, the model writes only the
-    arguments, and the grammar's quick check of the likeliest token picks exactly the tokens the
-    full grammar sampler picks."""
+    arguments' values (their keys are read: every one is required), and the grammar's quick
+    check of the likeliest token picks exactly the tokens the full grammar sampler picks."""
     from voice_server.llm.local_decoding import forced_call
     from voice_server.llm.local_requests import SamplingParams
     from voice_server.llm.local_sampling import ChainSampler
 
-    book = {"type": "function", "function": {"name": "book_table", "parameters": {
-        "type": "object", "properties": {"name": {"type": ["string", "null"]},
-                                         "party_size": {"type": ["integer", "null"]}},
-        "required": ["name", "party_size"]}}}
-    prefix, grammar = forced_call(book)
-    assert prefix == '<tool_call>\n{"name": "book_table", "arguments": '
+    parameters = {"type": "object", "properties": {"name": {"type": ["string", "null"]},
+                                                   "party_size": {"type": ["integer", "null"]}},
+                  "required": ["name", "party_size"]}
+    book = {"type": "function", "function": {"name": "book_table", "parameters": parameters}}
+    prefix, grammar, parts = forced_call(book)
+    assert prefix == '<tool_call>\n{"name": "book_table", "arguments": {"name":'
+    assert [text for text, _ in parts] == [' "party_size":', "}"]  # then the call's brace
     params = SamplingParams(temperature=0.0, max_tokens=40, grammar=grammar,
-                            grammar_lazy=False, prefix=prefix)
+                            grammar_lazy=False, prefix=prefix, segments=parts)
     messages = _ask("Book a table for Anna, four people.")
     quick = Reader(engine, messages, params=params)
     quick_text = quick.wait()
-    args = json.loads(quick_text[:-1])  # the arguments, then the call's closing brace
+    args = json.loads('{"name":' + quick_text[:-1])  # the arguments, then the call's brace
     assert quick_text.endswith("}") and set(args) == {"name", "party_size"}
 
     monkeypatch.setattr(ChainSampler, "quick", False)  # never the quick check
     assert Reader(engine, messages, params=params).wait() == quick_text
     assert "<tool_call>" not in quick_text and "arguments" not in quick_text  # read, not written
+
+    optional = {**parameters, "required": ["name"]}  # keys not fixed: one grammar
+    prefix, grammar, parts = forced_call({"type": "function", "function": {
+        "name": "book_table", "parameters": optional}})
+    assert prefix.endswith('"arguments": ') and parts == ()
+    text = Reader(engine, messages, params=SamplingParams(
+        temperature=0.0, max_tokens=40, grammar=grammar, grammar_lazy=False,
+        prefix=prefix)).wait()
+    assert set(json.loads(text[:-1])) <= {"name", "party_size"}
 
 
 STAGE = {"role": "system", "content": "You take table bookings for a restaurant in Rome. " * 25}

@@ -182,8 +182,9 @@ class LocalLlamaProvider:
                                          grammar_lazy=not forced,
                                          max_tokens=max(params.max_tokens, TOOL_CALL_TOKENS))
             if forced and len(tools) == 1:  # the call's start is known: read, not generated
-                prefix, grammar = forced_call(tools[0])
-                params = dataclasses.replace(params, prefix=prefix, grammar=grammar)
+                prefix, grammar, parts = forced_call(tools[0])
+                params = dataclasses.replace(params, prefix=prefix, grammar=grammar,
+                                             segments=parts)
                 assert splitter is not None
                 splitter.feed(prefix)
         return kw["messages"], params, tools, splitter, opening

@@ -126,15 +126,25 @@ def tool_grammar(tools: list[dict[str, Any]]) -> str:
             f'bare-call ::= tool-call-json | "{{" tool-call-json "}}"\n{body}\n')
 
 
-def forced_call(tool: dict[str, Any]) -> tuple[str, str]:
+def forced_call(tool: dict[str, Any]) -> tuple[str, str, tuple[tuple[str, str | None], ...]]:
     """For an answer that must call ``tool``: the start of the call, written into the prompt
-    (so its dozen tokens are read in one batch, not generated one by one), and the grammar of
-    the rest (the arguments and the closing brace)."""
+    (so its dozen tokens are read in one batch, not generated one by one), the grammar of
+    what follows, and the parts after it (``SamplingParams.segments``). Arguments whose keys
+    are all required are written in parts as a structured answer is (``json_template``):
+    their keys read, their values generated (an intent check: 3 steps instead of 7); others
+    by one grammar (the arguments and the closing brace)."""
     name = tool["function"]["name"]
-    body = schema_gbnf(tool["function"].get("parameters") or {"type": "object"},
-                       root="arguments")
-    return (f'{OPEN}\n{{"name": {json.dumps(name)}, "arguments": ',
-            f'root ::= arguments "}}"\n{body}\n')
+    parameters = tool["function"].get("parameters") or {"type": "object"}
+    opening = f'{OPEN}\n{{"name": {json.dumps(name)}, "arguments": '
+    template = json_template({"type": "json_schema", "json_schema": {
+        "schema": {**parameters, "additionalProperties": False}}})
+    if template is not None and template[1] is not None:
+        start, first, rest = template
+        if rest and rest[-1][1] is None:  # the last values given: the call closes after them
+            return opening + start, first, (*rest[:-1], (rest[-1][0] + "}", None))
+        return opening + start, first, (*rest, ("}", None))
+    body = schema_gbnf(parameters, root="arguments")
+    return opening, f'root ::= arguments "}}"\n{body}\n', ()
 
 
 def json_template(response_format: dict[str, Any]) -> tuple[str, str | None, tuple[

@@ -57,6 +57,26 @@ def make_speech(speech_dir: Path):
     return make
 
 
+@pytest.fixture(scope="session")
+def piper_speech():
+    """``piper_speech(text, rate=16000)`` -> int16 speech in our Piper voice: natural speech,
+    with a natural voice's pauses (a comma's is 190-360 ms)."""
+    import numpy as np
+
+    from voice_server.pipeline.audio import resample
+    from voice_server.pipeline.tts import PiperService, default_piper_voice
+
+    piper = PiperService(voice=str(default_piper_voice()))
+    cache: dict[tuple[str, int], np.ndarray] = {}
+
+    def make(text: str, rate: int = 16000) -> np.ndarray:
+        if (text, rate) not in cache:
+            cache[text, rate] = resample(piper.synthesize(text, False), piper.sample_rate, rate)
+        return cache[text, rate]
+
+    return make
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     """Each test holds the run's lock from its setup to its teardown: shared, or exclusive

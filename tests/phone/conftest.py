@@ -39,21 +39,12 @@ def signature(url: str, params: dict[str, str] | None = None) -> str:
 
 
 @pytest.fixture(scope="session")
-def caller_speech():
+def caller_speech(piper_speech):
     """``caller_speech(text)`` -> 8 kHz int16 speech in our Piper voice (natural speech; at
     8 kHz, espeak-ng is more than Whisper tiny.en can follow: "Peter" -> "the earth")."""
     import numpy as np
 
-    from voice_server.pipeline.audio import resample
-    from voice_server.pipeline.tts import PiperService, default_piper_voice
-
-    piper = PiperService(voice=str(default_piper_voice()))
-    cache: dict[str, np.ndarray] = {}
-
     def make(text: str, lead_s: float = 0.3) -> np.ndarray:
-        if text not in cache:
-            pcm = resample(piper.synthesize(text, False), piper.sample_rate, 8000)
-            cache[text] = np.concatenate([np.zeros(int(lead_s * 8000), np.int16), pcm])
-        return cache[text]
+        return np.concatenate([np.zeros(int(lead_s * 8000), np.int16), piper_speech(text, 8000)])
 
     return make

@@ -134,6 +134,28 @@ async def test_a_pause_mid_sentence_does_not_end_the_turn(url, short_replies, ma
             assert len(asked_for) == 1, asked_for
 
 
+async def test_a_greeting_and_what_follows_it_are_one_turn(url, short_replies, piper_speech):
+    """"Hello, I would like to book a table, please." in our Piper voice: the comma's pause
+    (~300 ms) after "Hello" sounds and reads finished, but the turn waits for what the caller
+    wants; one turn, one answer. Before, "Hello." took the turn and the request cut its
+    answer (end_of_turn.py, "greeting")."""
+    short_replies.script.clear()
+    asked_before = len(short_replies.requests)
+    speech = piper_speech("Hello, I would like to book a table, please.", 48_000)
+    async with RtcClient(url) as client:
+        await client.negotiate()
+        client.mic.enqueue(np.concatenate([_silence(1.0), speech, _silence(2.5)]))
+        await client.wait_for("tts-complete", timeout=scaled(60))
+        await asyncio.sleep(0.5)
+        final = [t["text"].lower() for t in client.messages("transcript") if t["isFinal"]]
+        assert len(client.messages("speech-end")) == 1, final
+        assert len(final) == 1 and "hello" in final[0] and "table" in final[0], final
+        assert not client.messages("tts-cancelled")
+        asked = [r["messages"][-1]["content"].lower()
+                 for r in short_replies.requests[asked_before:]]
+        assert asked and "table" in asked[-1], asked
+
+
 async def test_a_pause_after_words_that_go_on_does_not_end_the_turn(url, short_replies,
                                                                    make_speech):
     """"What is the largest planet in our solar ... system?": speech to text hears the first

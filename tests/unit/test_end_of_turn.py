@@ -10,7 +10,12 @@ import pytest
 from voice_server.compute import ComputePool
 from voice_server.pipeline.audio import decode_wav, resample
 from voice_server.pipeline.barge_in import acknowledges, is_backchannel, is_echo, no_words
-from voice_server.pipeline.end_of_turn import Ending, EndOfTurnPolicy, unfinished
+from voice_server.pipeline.end_of_turn import (
+    Ending,
+    EndOfTurnPolicy,
+    only_a_greeting,
+    unfinished,
+)
 from voice_server.pipeline.stt import Hearing, WhisperSTT
 from voice_server.pipeline.tts import PiperService, default_piper_voice
 from voice_server.pipeline.turn_model import (
@@ -110,6 +115,27 @@ def test_a_bare_number_or_a_name_is_left_to_the_voice():
     assert policy.judge(0.9, "Yes. Done.", (), Ending(0.05, -15.5)).wait_ms == 1600
     assert policy.judge(0.9, "Two people at", (), Ending(0.0, -6.4)).wait_ms == 1600
     assert policy.judge(0.9, "Who painted the Mona?", (), Ending(0.0001, -3.0)).wait_ms == 1600
+
+
+@pytest.mark.parametrize(("text", "greeting"), [
+    ("Hello.", True), ("Hi there!", True), ("Good morning.", True), ("Hello? Hello.", True),
+    ("Hey.", True), ("Oh, hi.", True), ("Good evening, everyone.", True),
+    ("Hello, I would like to book a table.", False), ("Good.", False), ("There.", False),
+    ("Hi, my name is Ada.", False), ("Yes.", False), ("", False),
+])
+def test_a_greeting_alone(text, greeting):
+    assert only_a_greeting(text) is greeting
+
+
+def test_a_greeting_alone_waits_for_what_the_caller_wants():
+    """"Hello, ... I would like to book a table": voice and words find "Hello." finished, but a
+    caller who greets says what they want next; the turn waits the fixed silence, not 200 ms.
+    A greeting the voice finds unfinished waits as long as any such turn."""
+    verdict = POLICY.judge(0.96, "Hello.", (), Ending(0.16, 0.0))
+    assert (verdict.wait_ms, verdict.reason) == (500, "greeting")
+    assert POLICY.judge(0.96, "Hello, I would like to book a table.").complete
+    assert POLICY.judge(0.01, "Hello.").wait_ms == 1600
+    assert POLICY.judge(0.3, "Hi.").reason == "unsure"
 
 
 def test_one_unfinished_reading_among_the_likely_ones_is_enough_to_wait():
@@ -247,6 +273,31 @@ def test_smart_turn_in_our_piper_voice(smart_turn):
 
     assert smart_turn.complete(said("How many days are in a week?")) >= 0.5
     assert smart_turn.complete(said("So I was thinking that")) < 0.15
+
+
+@pytest.mark.slow
+async def test_the_pause_after_a_greeting_is_shorter_than_the_turn_waits(smart_turn,
+                                                                           piper_speech):
+    """Our Piper voice's "Hello, I would like to book a table, please.", at the comma's pause
+    as the server judges it: the voice is sure the speaker is done (0.94-0.98) and Whisper
+    hears "Hello."; the turn waits longer than the pause lasts, so the request that follows
+    is the same turn."""
+    pcm = piper_speech("Hello, I would like to book a table, please.")
+    vad = StreamingVAD(VADSettings(end_silence_ms=1600, spec_silence_ms=60))
+    events = vad.feed(np.concatenate([np.zeros(8000, np.int16), pcm, np.zeros(8000, np.int16)]))
+    pauses = [e for e in events if e.kind == "pause"]
+    first, resumed = pauses[0], next(e for e in events if e.kind == "resume")
+    pause_ms = (resumed.at_s - first.at_s) * 1000 + 60  # from the voice's end
+    async with ComputePool(1) as pool:
+        stt = WhisperSTT(pool)
+        await stt.load()
+        try:
+            heard = await stt.hear(np.concatenate([first.pcm, np.zeros(960, np.int16)]))
+        finally:
+            await stt.aclose()
+    verdict = POLICY.judge(smart_turn.complete(first.pcm), heard.text, heard.alternatives)
+    assert verdict.reason == "greeting", (heard, verdict)
+    assert 150 < pause_ms < verdict.wait_ms, (pause_ms, verdict)
 
 
 def test_a_different_file_under_the_model_s_name_is_refused(tmp_path):

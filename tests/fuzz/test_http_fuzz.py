@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 from tests.adapters.caller.conftest import TOKEN, Running, catalog, run_caller
 from tests.adapters.prompt.conftest import API_KEY
 from tests.support.fake_openai import FakeOpenAI
+from tests.support.sse import SSEDecoder
 from voice_server.adapters.broker import BrokerProxy, BrokerService
-from voice_server.adapters.caller.stream import SSEDecoder
 from voice_server.adapters.prompt import (
     EnvFileVault,
     LLMFactory,

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import voice_server.adapters.caller as caller_pkg
+from tests.support.sse import SSEDecoder
 from voice_server.adapters.caller.config import (
     CallerConfigError,
     load_client_registry,
@@ -29,7 +30,7 @@ from voice_server.adapters.caller.routing import (
     select_provider,
 )
 from voice_server.adapters.caller.schemas import SchemaSet, load_schema, mcp_input_schema
-from voice_server.adapters.caller.stream import SSEDecoder, sanitize_event, sanitize_text
+from voice_server.adapters.caller.stream import sanitize_event, sanitize_text
 from voice_server.llm import (
     LLMAuthError,
     LLMBadRequest,

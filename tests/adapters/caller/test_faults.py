@@ -11,6 +11,7 @@ from typing import Any
 
 import aiohttp
 
+from tests.support.sse import SSEDecoder
 from voice_server.adapters.caller import (
     CallerHTTPServer,
     CallerOptions,
@@ -19,7 +20,7 @@ from voice_server.adapters.caller import (
     build_mcp_server,
 )
 from voice_server.adapters.caller.config import ProviderEntry
-from voice_server.adapters.caller.stream import DONE_FRAME, SSEDecoder
+from voice_server.adapters.caller.stream import DONE_FRAME
 from voice_server.llm import ChatRequest, LLMUnavailable, StreamEvent
 from voice_server.llm.embeddings import MiniLMEmbeddingProvider
 

@@ -12,9 +12,10 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from tests.support.fake_openai import FakeOpenAI, Reply
+from tests.support.sse import SSEDecoder
 from voice_server.adapters.caller import build_app, build_mcp_server
 from voice_server.adapters.caller.schemas import load_schema
-from voice_server.adapters.caller.stream import DONE_FRAME, SSEDecoder, encode_event
+from voice_server.adapters.caller.stream import DONE_FRAME, encode_event
 
 from .conftest import LIMITED_TOKEN, TOKEN, Running, catalog, chat_body, registry, run_caller
 

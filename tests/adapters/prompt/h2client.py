@@ -4,6 +4,7 @@ Node and Python clients send them."""
 from __future__ import annotations
 
 import asyncio
+import struct
 from dataclasses import dataclass, field
 
 import h2.config
@@ -61,3 +62,16 @@ async def h2_call(port: int, path: str, body: bytes, *,
     finally:
         writer.close()
         await writer.wait_closed()
+
+
+def encode_grpc_frame(message: bytes, *, compressed: bool = False) -> bytes:
+    """One gRPC length-prefixed message (grpc doc/PROTOCOL-HTTP2.md)."""
+    return struct.pack(">BI", 1 if compressed else 0, len(message)) + message
+
+
+def decode_grpc_frame(data: bytes) -> tuple[bytes, bytes]:
+    """One uncompressed message split off ``data``: (message, rest)."""
+    flag, length = struct.unpack(">BI", data[:5])
+    if flag != 0 or len(data) - 5 < length:
+        raise ValueError(f"not one whole uncompressed message: {data[:16]!r}")
+    return data[5:5 + length], data[5 + length:]

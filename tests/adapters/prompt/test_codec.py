@@ -13,8 +13,6 @@ from voice_server.adapters.prompt.codec import (
     connect_error,
     connect_mode,
     connect_success,
-    decode_grpc_frame,
-    encode_grpc_frame,
     normalize_input,
     parse_run_request,
 )
@@ -24,6 +22,7 @@ from voice_server.adapters.prompt.errors import (
     ToolNotFound,
     from_llm_error,
 )
+from voice_server.adapters.prompt.server import _grpc_code
 from voice_server.llm.errors import (
     LLMAuthError,
     LLMBadRequest,
@@ -170,19 +169,6 @@ def test_connect_unsupported_codec():
     assert connect_error("unsupported", InvalidArgument("x"))[0] == 415
 
 
-def test_grpc_frames():
-    """5-byte prefix; compressed and incomplete messages are rejected."""
-    frame = encode_grpc_frame(b'{"a":1}')
-    assert frame == b'\x00\x00\x00\x00\x07{"a":1}'
-    assert decode_grpc_frame(frame + b"rest") == (b'{"a":1}', b"rest")
-    with pytest.raises(InvalidArgument, match="compressed"):
-        decode_grpc_frame(encode_grpc_frame(b"{}", compressed=True))
-    with pytest.raises(InvalidArgument, match="incomplete"):
-        decode_grpc_frame(frame[:-1])
-    with pytest.raises(InvalidArgument, match="incomplete"):
-        decode_grpc_frame(b"\x00\x00")
-
-
 @pytest.mark.parametrize(("error", "code", "http", "grpc_code"), [
     (LLMTimeout("secret-detail"), "deadline_exceeded", 504, 4),
     (LLMRateLimited("secret-detail", retry_after=3), "resource_exhausted", 429, 8),
@@ -195,7 +181,8 @@ def test_grpc_frames():
 def test_llm_errors_are_mapped_without_their_text(error, code, http, grpc_code):
     """Provider failures map to codes; the provider's message is never copied."""
     mapped = from_llm_error(error)
-    assert (mapped.code, mapped.http_status, mapped.grpc_status) == (code, http, grpc_code)
+    assert (mapped.code, mapped.http_status) == (code, http)
+    assert _grpc_code(mapped).value[0] == grpc_code
     assert "secret-detail" not in mapped.message
 
 

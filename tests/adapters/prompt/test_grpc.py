@@ -9,9 +9,8 @@ import grpc
 import pytest
 
 from tests.support.fake_openai import Reply
-from voice_server.adapters.prompt.codec import decode_grpc_frame, encode_grpc_frame
 
-from .h2client import h2_call
+from .h2client import decode_grpc_frame, encode_grpc_frame, h2_call
 
 RUN = "/prompt.v1.PromptService/Run"
 
@@ -115,8 +114,9 @@ async def test_raw_incomplete_message_rejected(sidecar, fake):
 def test_every_connect_code_has_its_grpc_status():
     """Each code the service can raise aborts a gRPC call with the status of the same number
     ("canceled" is grpcio's CANCELLED)."""
-    from voice_server.adapters.prompt.errors import GRPC_STATUS, PromptError
+    from voice_server.adapters.prompt.errors import CONNECT_HTTP_STATUS, PromptError
     from voice_server.adapters.prompt.server import _grpc_code
 
-    for code, number in GRPC_STATUS.items():
+    # the Connect codes are listed in the gRPC status numbers' order, from 1 ("canceled")
+    for number, code in enumerate(CONNECT_HTTP_STATUS, start=1):
         assert _grpc_code(PromptError("x", code=code)).value[0] == number

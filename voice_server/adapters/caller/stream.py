@@ -1,4 +1,4 @@
-"""Server-sent events for ``chatStream`` (sans-I/O): sanitizing, framing, and a parser.
+"""Server-sent events for ``chatStream`` (sans-I/O): sanitizing and framing.
 
 Spec: specs/sidecar-llm-caller-mcp.md, "Response metadata": events are sanitized (control
 characters stripped, payloads truncated to 4,000 chars); on error the final SSE chunk carries
@@ -16,7 +16,6 @@ from ..wire_json import compact_json
 __all__ = [
     "DONE_FRAME",
     "MAX_CONTENT_UNITS",
-    "SSEDecoder",
     "encode_event",
     "sanitize_event",
     "sanitize_text",
@@ -71,32 +70,3 @@ def sanitize_event(event: dict[str, Any]) -> dict[str, Any] | None:
 def encode_event(obj: dict[str, Any]) -> bytes:
     """One SSE frame: ``data: <compact JSON>\\n\\n`` (JSON never contains a raw newline)."""
     return b"data: " + compact_json(obj) + b"\n\n"
-
-
-class SSEDecoder:
-    """Incremental SSE parser: ``feed(bytes) -> [data strings]`` (multi-line data joined by
-    newlines, comments and other fields ignored); refuses a line longer than ``max_line``."""
-
-    def __init__(self, *, max_line: int = 1 << 20) -> None:
-        self._buffer = b""
-        self._data: list[str] = []
-        self._max_line = max_line
-
-    def feed(self, chunk: bytes) -> list[str]:
-        self._buffer += chunk
-        out: list[str] = []
-        while True:
-            cut = self._buffer.find(b"\n")
-            if cut < 0:
-                if len(self._buffer) > self._max_line:
-                    raise ValueError("SSE line too long")
-                return out
-            line, self._buffer = self._buffer[:cut].rstrip(b"\r"), self._buffer[cut + 1:]
-            if not line:
-                if self._data:
-                    out.append("\n".join(self._data))
-                    self._data = []
-                continue
-            name, _, value = line.partition(b":")
-            if name == b"data":
-                self._data.append(value.removeprefix(b" ").decode("utf-8"))

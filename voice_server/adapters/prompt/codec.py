@@ -9,15 +9,13 @@ silent, the codec does what the original Go service does, so its clients work un
 - the response is the spec's canonical object in snake_case with explicit zeros;
 - Connect answers are chosen by the request content type: ``application/json`` gets
   standard Connect unary (non-200 + ``{code, message}``), ``application/connect+json`` (and any
-  other JSON-ish type, as the original does not check it) gets the original's 200 + ``{"error":…}``;
-- gRPC messages use the 5-byte length prefix (PROTOCOL-HTTP2 "Length-Prefixed-Message").
+  other JSON-ish type, as the original does not check it) gets the original's 200 + ``{"error":…}``.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,8 +30,6 @@ __all__ = [
     "connect_error",
     "connect_mode",
     "connect_success",
-    "decode_grpc_frame",
-    "encode_grpc_frame",
     "normalize_input",
     "normalize_tools",
     "parse_run_request",
@@ -235,24 +231,3 @@ def connect_error(mode: ConnectMode, error: PromptError) -> tuple[int, dict[str,
             {"code": "unimplemented", "message": "unsupported codec: use application/json"})
     body = {"code": error.code, "message": error.message}
     return error.http_status, {"Content-Type": "application/json"}, compact_json(body)
-
-
-# --- gRPC length-prefixed messages (grpc doc/PROTOCOL-HTTP2.md) ------------------------------
-
-def encode_grpc_frame(message: bytes, *, compressed: bool = False) -> bytes:
-    return struct.pack(">BI", 1 if compressed else 0, len(message)) + message
-
-
-def decode_grpc_frame(data: bytes) -> tuple[bytes, bytes]:
-    """Split one message off ``data``: (message, rest). Raises ``InvalidArgument`` for a
-    compressed message (no ``grpc-encoding`` is supported) or an incomplete one."""
-    if len(data) < 5:
-        raise InvalidArgument("incomplete message")
-    flag, length = struct.unpack(">BI", data[:5])
-    if flag != 0:
-        raise InvalidArgument("compressed messages are not supported")
-    if length > MAX_MESSAGE_BYTES:
-        raise InvalidArgument("message too large")
-    if len(data) - 5 < length:
-        raise InvalidArgument("incomplete message")
-    return data[5:5 + length], data[5 + length:]

@@ -12,7 +12,6 @@ from ...llm.errors import LLMError
 
 __all__ = [
     "CONNECT_HTTP_STATUS",
-    "GRPC_STATUS",
     "InvalidArgument",
     "PromptError",
     "ProviderConfigError",
@@ -31,7 +30,6 @@ CONNECT_HTTP_STATUS: dict[str, int] = {
     "unimplemented": 501, "internal": 500, "unavailable": 503, "data_loss": 500,
     "unauthenticated": 401,
 }
-GRPC_STATUS: dict[str, int] = {code: n for n, code in enumerate(CONNECT_HTTP_STATUS, start=1)}
 
 
 class PromptError(Exception):
@@ -54,10 +52,6 @@ class PromptError(Exception):
     @property
     def http_status(self) -> int:
         return CONNECT_HTTP_STATUS[self.code]
-
-    @property
-    def grpc_status(self) -> int:
-        return GRPC_STATUS[self.code]
 
 
 class InvalidArgument(PromptError):

@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 
 from voice_server.pipeline.end_of_turn import EndOfTurnPolicy
-from voice_server.pipeline.readings import SAID_BEFORE_WORDS, ReadingScorer, _recent, pick
+from voice_server.pipeline.readings import (
+    SAID_BEFORE_WORDS,
+    ReadingScorer,
+    _recent,
+    competing,
+    pick,
+    said,
+)
 from voice_server.pipeline.stt import default_rescore_model
 
 # (reading, Whisper's length-normalized log-probability): the readings and the gaps between them
@@ -42,6 +49,41 @@ def test_the_model_runs_only_when_different_words_compete():
     assert asked == []  # the other words are too far behind
     pick([*same[:2], ("Why is this guy blue?", -0.2)], lm, weight=0.2, margin=0.2)
     assert asked == ["Why is the sky blue?", "Why is this guy blue?"]
+
+
+@pytest.mark.parametrize(("one", "other"), [
+    ("A table for two people at 7.30 in the evening, please.",
+     "A table for 2 people at seven thirty in the evening, please."),
+    ("at 730", "at 7:30"), ("at seven twenty five", "at 7.25"),
+    ("at 8 o'clock", "at eight o'clock"),
+    ("My account number is 8 7 6 5", "My account number is 8765."),
+    ("twenty", "20"), ("for ten people", "for 10 people"),
+])
+def test_numbers_written_differently_are_the_same_words(one, other):
+    assert said(one) == said(other)
+
+
+@pytest.mark.parametrize(("one", "other"), [
+    ("A table for two people", "A table for four people"), ("at 7.30", "at 7.13"),
+    ("twenty five", "twenty"), ("table for", "table four"), ("at 8 o'clock", "at 18 o'clock"),
+])
+def test_different_numbers_are_not(one, other):
+    assert said(one) != said(other)
+
+
+def test_readings_that_differ_only_in_a_number_s_spelling_do_not_compete():
+    """Whisper's five readings of our Piper voice's "A table for two people at seven thirty in
+    the evening, please." (bench/playbook_voice.py): the model ran on all of them, 300-600 ms
+    on 2 cores, to choose a spelling."""
+    times = [("A table for two people at 7.30 in the evening, please.", -0.2),
+             ("A table for two people at 730 in the evening, please.", -0.25),
+             ("A table for two people at seven thirty in the evening, please.", -0.28),
+             ("A table for 2 people at 7.30 in the evening, please.", -0.3),
+             ("A table for two people at 7:30 in the evening, please.", -0.31)]
+    assert competing(times, 0.2) == []
+    other = ("A table for two people at 7.13 in the evening.", -0.3)
+    # then every spelling ("7.30" and "7:30" are one: the same words, other punctuation)
+    assert competing([*times, other], 0.2) == [0, 1, 2, 3, 5]
 
 
 @pytest.mark.slow

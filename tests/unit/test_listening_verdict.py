@@ -29,7 +29,7 @@ class _Words:
     async def hear(self, pcm: np.ndarray, *, urgent: bool = True, prompt: str = "") -> Hearing:
         return Hearing("What is the capital of France?")
 
-    async def prepare_ending(self, said_before: str) -> None: ...
+    async def prepare_ending(self, said_before: str, words: str = "") -> None: ...
 
     async def ending(self, text: str, said_before: str = "") -> Ending:
         self.asked_at, self.said_before = time.monotonic(), said_before
@@ -173,3 +173,28 @@ async def test_speech_to_text_failing_falls_back_at_once():
     result = await asyncio.wait_for(_verdict(listener, asyncio.ensure_future(fail())), 2)
     assert result.reason == "fallback" and words.asked_at is None
     assert time.monotonic() - started < 0.2
+
+
+class _Interim(_Words):
+    """Hears "A table for two people at seven" so far, and notes what the judge read ahead."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.prepared: list[tuple[str, str]] = []
+
+    async def transcribe(self, pcm: np.ndarray, *, urgent: bool = True) -> str:
+        return "A table for two people at seven"
+
+    async def prepare_ending(self, said_before: str, words: str = "") -> None:
+        self.prepared.append((said_before, words))
+
+
+async def test_the_words_judge_reads_an_interim_transcript_ahead():
+    """While the user speaks, an interim transcript's words go to the words' judge, so that
+    at the pause it reads only the words after them (readings.py ``prepare``)."""
+    words = _Interim()
+    listener = _listener(words, _Voice())
+    listener._vad.speaking = True  # as the VAD has it mid-utterance
+    await listener._interim_transcript(PCM)
+    await asyncio.sleep(0.05)  # the judge's reading is a task of its own
+    assert words.prepared == [(_Conversation.LAST_SAID, "A table for two people at seven")]

@@ -259,6 +259,31 @@ def test_a_prepared_judge_reads_only_the_users_words():
         scorer.close()
 
 
+@pytest.mark.slow
+def test_an_interim_transcript_s_words_are_read_ahead_but_its_last():
+    """``prepare`` with an interim transcript's words reads all but its last word (the final
+    transcript may hear it otherwise): the judgement at the pause evaluates only the words
+    after them, with the same figures (~50 ms instead of ~145 for a 12-word booking line)."""
+    scorer = ReadingScorer(default_rescore_model())
+    said = "For how many people, and at what time?"
+    final = "A table for two people at 7.30 in the evening, please."
+    try:
+        cold = scorer.ending(final, said)
+        scorer.prepare(said, "A table for two people at seven")
+        evaluated: list[int] = []
+        eval_tokens = scorer._judge.llm.eval
+        scorer._judge.llm.eval = lambda tokens: (evaluated.append(len(tokens)), eval_tokens(tokens))
+        warm = scorer.ending(final, said)
+        whole = scorer._tokens("A table for two people at 7.30 in the evening, please", said)
+        read_ahead = scorer._tokens("A table for two people at", said)
+        assert whole[:len(read_ahead)] == read_ahead
+        assert evaluated == [len(whole) - len(read_ahead)]
+        assert warm.sentence_end == pytest.approx(cold.sentence_end, rel=0.05)
+        assert warm.last_word == pytest.approx(cold.last_word, abs=0.2)
+    finally:
+        scorer.close()
+
+
 def test_what_the_agent_said_is_cut_to_its_last_sentences():
     said = ("Paris is the capital of France, on the Seine. Would you like to know more? "
             "Or shall we talk about Berlin?")  # 17 words: the last two sentences are 11

@@ -193,11 +193,16 @@ class ReadingScorer:
         last_word = float(rows[np.arange(len(rows)), tokens[len(head):]].sum())
         return Ending(sentence_end, last_word)
 
-    def prepare(self, said_before: str = "") -> None:
+    def prepare(self, said_before: str = "", words: str = "") -> None:
         """Read the framing of a reply to ``said_before`` now (the user is still speaking),
         so that ``ending`` evaluates only the user's words: the tokens shared with the last
-        call are kept (``_Context``). Without it the agent's words cost ~50 ms more there."""
-        tokens = self._tokens("", _answered(said_before))
+        call are kept (``_Context``). Without it the agent's words cost ~50 ms more there.
+        ``words``: the user's so far (an interim transcript); all but the last, which the
+        final transcript may hear otherwise, are read too: "A table for two people at 7.30
+        in the evening, please." was then judged in ~50 ms instead of ~145."""
+        heard = _FINAL_PUNCTUATION.sub("", words.strip())
+        tokens = self._tokens(heard.rsplit(" ", 1)[0] if " " in heard else "",
+                              _answered(said_before))
         self._judge.logits(tokens, len(tokens) - 1)
 
     def _tokens(self, words: str, said_before: str) -> list[int]:

@@ -261,9 +261,9 @@ class WhisperService:
             return None
         return self._scorer.ending(text, said_before)
 
-    def prepare_ending(self, said_before: str) -> None:
+    def prepare_ending(self, said_before: str, words: str = "") -> None:
         if self._scorer is not None and self._endings:
-            self._scorer.prepare(said_before)
+            self._scorer.prepare(said_before, words)
 
     def hear(self, pcm: np.ndarray, prompt: str = "") -> Hearing:
         """Whisper's readings of ``pcm``; ``prompt`` is given to the decoder as the text that
@@ -368,11 +368,12 @@ class WhisperSTT(PooledModel):
             return None
         return await self._models.call("ending", text, said_before, urgent=True)
 
-    async def prepare_ending(self, said_before: str) -> None:
-        """Let the language model read what the user's words will answer, before ``ending``
-        is asked (not urgent: it waits for any urgent job)."""
+    async def prepare_ending(self, said_before: str, words: str = "") -> None:
+        """Let the language model read what the user's words will answer, and ``words``, what
+        they have said so far, before ``ending`` is asked (not urgent: it waits for any urgent
+        job)."""
         if self._endings:
-            await self._models.call("prepare_ending", said_before, urgent=False)
+            await self._models.call("prepare_ending", said_before, words, urgent=False)
 
     async def choose(self, hearing: Hearing, *, urgent: bool = True) -> str:
         """``transcribe``'s text for a ``hear``: the worker is asked only when different words

@@ -317,11 +317,12 @@ class Listener:
         if turn is None:  # the history is complete: the model may read it now
             self._start_prefill("")
 
-    async def _prepare_judge(self) -> None:
-        """While the user speaks, the words' judge reads what they answer (readings.py
-        ``prepare``): the verdict at the pause then costs ~30 ms instead of ~80."""
+    async def _prepare_judge(self, words: str = "") -> None:
+        """While the user speaks, the words' judge reads what they answer, and the words of
+        an interim transcript (readings.py ``prepare``): the verdict at the pause then costs
+        ~30-50 ms instead of ~80-150."""
         with contextlib.suppress(STTError):
-            await self.stt.prepare_ending(self.conversation().last_said())
+            await self.stt.prepare_ending(self.conversation().last_said(), words)
 
     # ---- interim transcripts ---------------------------------------------------------------
     def _maybe_interim(self) -> None:
@@ -342,6 +343,8 @@ class Listener:
         text = await self.stt.transcribe(pcm, urgent=False)
         if text.strip() and not self._closed:
             await self.send(Transcript(text=text, is_final=False))
+            if self._vad.speaking and self._held is None:
+                self._spawn(self._prepare_judge(text), "prepare-judge")
             words = len(text.split())
             if self._vad.speaking and self._held is None and \
                     words >= self._prefilled_words + PREFILL_MIN_WORDS:

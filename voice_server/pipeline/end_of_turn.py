@@ -128,7 +128,7 @@ _IN_A_GREETING = _GREETING | frozenset("good there everyone again oh".split())
 def only_a_greeting(text: str) -> bool:
     """"Hello.", "Hi there.", "Good morning.": the words are a greeting and nothing else. A
     caller greets and then says what they want ("Hello, I would like to book a table"), with a
-    comma's pause between (240-360 ms in our Piper voice) that voice and words both find
+    comma's pause between (160-380 ms in our Piper voice) that voice and words both find
     finished (Smart Turn 0.94-0.98, Whisper "Hello."): answered after 200 ms, the greeting
     took the turn, and the request that followed cut the answer."""
     words = _WORD.findall(text.lower())

@@ -341,15 +341,16 @@ class Listener:
 
     async def _interim_transcript(self, pcm: np.ndarray) -> None:
         text = await self.stt.transcribe(pcm, urgent=False)
-        if text.strip() and not self._closed:
-            await self.send(Transcript(text=text, is_final=False))
-            if self._vad.speaking and self._held is None:
-                self._spawn(self._prepare_judge(text), "prepare-judge")
-            words = len(text.split())
-            if self._vad.speaking and self._held is None and \
-                    words >= self._prefilled_words + PREFILL_MIN_WORDS:
-                self._prefilled_words = words
-                self._start_prefill(text.strip())
+        if not text.strip() or self._closed:
+            return
+        await self.send(Transcript(text=text, is_final=False))
+        if not self._vad.speaking or self._held is not None:
+            return  # the words are judged and answered already: nothing to read ahead
+        self._spawn(self._prepare_judge(text), "prepare-judge")
+        words = len(text.split())
+        if words >= self._prefilled_words + PREFILL_MIN_WORDS:
+            self._prefilled_words = words
+            self._start_prefill(text.strip())
 
     # ---- the LLM reads ahead -----------------------------------------------------------------
     def _start_prefill(self, words: str) -> None:

@@ -25,8 +25,8 @@ import numpy as np
 
 from .end_of_turn import Ending
 
-__all__ = ["OPENING_LINE", "SAID_BEFORE_WORDS", "SENTENCE_BREAK", "ReadingScorer", "competing",
-           "pick", "said"]
+__all__ = ["ONES", "OPENING_LINE", "SAID_BEFORE_WORDS", "SENTENCE_BREAK", "TENS", "ReadingScorer",
+           "competing", "pick", "said"]
 
 _WORD = re.compile(r"[a-z0-9']+")
 _FINAL_PUNCTUATION = re.compile(r"[\s?.!,;:…]+$")
@@ -36,11 +36,12 @@ OPENING_LINE = "Hello! How can I help you today?"
 SAID_BEFORE_WORDS = 12
 
 
-_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen "
-         "fourteen fifteen sixteen seventeen eighteen nineteen").split()
-_TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
-_DIGITS = {word: str(n) for n, word in enumerate(_ONES)} | {
-    word: str(20 + 10 * n) for n, word in enumerate(_TENS)}
+# number words, by value: ONES[n] for 0-19, TENS[n] for 20 + 10 * n (playbook/collect.py too)
+ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen "
+        "fourteen fifteen sixteen seventeen eighteen nineteen").split()
+TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
+_DIGITS = {word: str(n) for n, word in enumerate(ONES)} | {
+    word: str(20 + 10 * n) for n, word in enumerate(TENS)}
 
 
 def said(text: str) -> tuple[str, ...]:
@@ -57,7 +58,7 @@ def said(text: str) -> tuple[str, ...]:
             out[-1] = out[-1][:-1] + digits if joined else out[-1] + digits
         else:
             out.append(digits)
-        after_tens = word in _TENS
+        after_tens = word in TENS
     return tuple(out)
 
 

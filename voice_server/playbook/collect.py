@@ -47,6 +47,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from ..pipeline.readings import ONES, TENS
 from .schema import Collect, Tool
 from .tools import FROM_CALLER, public_schema
 
@@ -54,11 +55,8 @@ __all__ = ["NOTE_NAME", "FactSheet", "declined", "sheets", "spoken_day", "standi
 
 NOTE_NAME = "note_facts"
 _WORDS = re.compile(r"[^\W_]+")
-_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen "
-         "fourteen fifteen sixteen seventeen eighteen nineteen").split()
-_TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
 _NAMED = {2: "couple", 12: "dozen"}
-_NUMBER_WORDS = frozenset([*_ONES, *_TENS, *_NAMED.values(),
+_NUMBER_WORDS = frozenset([*ONES, *TENS, *_NAMED.values(),
                            *"hundred thousand half quarter noon midday midnight".split()])
 _WEEKDAYS = "monday tuesday wednesday thursday friday saturday sunday".split()
 _MONTHS = frozenset(Date(2000, month, 1).strftime(form).lower()  # as ``_date_said`` reads them
@@ -391,7 +389,7 @@ def _says_hour(hour: int, said: str, heard: set[str]) -> bool:
             named.add(n % 12 or 12)
         elif together := _run_together(n):  # "630": Whisper's 6:30
             named.add(together[0] % 12 or 12)
-    named |= {_ONES.index(w) % 12 or 12 for w in heard if w in _ONES}
+    named |= {ONES.index(w) % 12 or 12 for w in heard if w in ONES}
     named |= {12 for w in ("noon", "midday", "midnight") if w in heard}
     return bool(wanted & named)
 
@@ -412,7 +410,7 @@ def _says_minutes(minutes: int, said: str, heard: set[str]) -> bool:
     maybe = {20} if "twenty" in heard else set()  # "seven twenty"; or twenty people
     if heard & {"past", "to"}:  # "ten past eight", "twenty five to nine"
         small = {int(n) for n in re.findall(r"\d+", said) if int(n) <= 30}
-        small |= {_ONES.index(w) for w in heard if w in _ONES}
+        small |= {ONES.index(w) for w in heard if w in ONES}
         small |= {20 + n for n in small if n < 10} if "twenty" in heard else set()
         maybe |= small | {60 - n for n in small if n}
     return minutes in said_minutes | maybe
@@ -428,9 +426,9 @@ def _says_integer(n: int, said: str, heard: set[str]) -> bool:
     if str(n) in re.findall(r"\d+", said) or _NAMED.get(n) in heard:
         return True
     if 0 <= n < 20:
-        return _ONES[n] in heard
+        return ONES[n] in heard
     if 20 <= n < 100:
-        return {_TENS[n // 10 - 2], *([_ONES[n % 10]] if n % 10 else [])} <= heard
+        return {TENS[n // 10 - 2], *([ONES[n % 10]] if n % 10 else [])} <= heard
     return False
 
 

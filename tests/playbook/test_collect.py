@@ -65,7 +65,8 @@ def test_the_note_answer_is_json_with_every_argument_required_and_nullable(
 def test_a_detail_the_session_holds_may_only_be_noted_as_null(engine: Engine) -> None:
     """Its value came with the stage (a transition's `set`): the note cannot write over it."""
     sheet = engine.sheets["booking"]
-    props = sheet.note_format(frozenset({"party_size", "unrelated"}))["json_schema"]["schema"]
+    props = sheet.note_format(dict.fromkeys({"party_size", "unrelated"}))["json_schema"][
+        "schema"]
     assert props["properties"]["party_size"] == {"type": "null"}
     assert props["required"] == ["name", "time", "party_size", "note"]
     assert props["properties"]["time"] == sheet.note_format()["json_schema"]["schema"][
@@ -382,7 +383,8 @@ def test_a_message_without_a_number_gives_no_number_or_time(engine: Engine, said
     would have been dropped."""
     sheet = engine.sheets["booking"]
     assert sheet.unsayable(said) == unsayable
-    props = sheet.note_format(sheet.unsayable(said))["json_schema"]["schema"]["properties"]
+    assert sheet.given(said) == dict.fromkeys(unsayable)
+    props = sheet.note_format(sheet.given(said))["json_schema"]["schema"]["properties"]
     assert [k for k, v in props.items() if v == {"type": "null"}] == \
         [k for k in props if k in unsayable]
     for noted in ({"time": "12:00", "party_size": 2}, {"time": "21:00", "party_size": 4},
@@ -410,15 +412,49 @@ def test_which_details_need_a_number_said(schema: dict, needs: bool) -> None:
 @pytest.mark.parametrize(("said", "unsayable"), [
     ("Hello, I would like to book a table, please.", {"time", "party_size", "date"}),
     ("A table for two people at seven thirty, please.", {"date"}),
+    ("A table for two people at 7.30, please.", {"date"}),  # digits of a time, not a date
+    ("Half past 10, please.", {"date"}),
+    ("On the 10th, at 7.30.", set()),
     ("For two on Monday at seven.", set()),  # a day named: worked out in code, or noted
     ("Tomorrow at seven, for two.", set()),
     ("On the 12th at seven, for two.", set()),
     ("March the twelfth, at seven, for two.", set()),
 ])
-def test_a_date_needs_digits_a_month_or_a_day_said(said: str, unsayable: set[str]) -> None:
+def test_a_date_needs_a_day_a_month_or_a_day_of_the_month_said(said: str, unsayable: set[str]) -> None:
     sheet = Engine(load_playbook(PLAYBOOKS / "restaurant.yaml")).sheets["booking"]
     assert sheet.unsayable(said) == unsayable
     today = date(2026, 11, 29)
-    for day in (today, today + timedelta(days=1), date(2026, 12, 7), date(2027, 3, 12)):
+    for day in (today, today + timedelta(days=1), date(2026, 12, 7), date(2027, 3, 12),
+                date(2026, 12, 10), date(2026, 12, 30)):
         noted = {"date": day.isoformat(), "time": "19:30", "party_size": 2}
         assert not set(sheet.accept(json.dumps(noted), said, None, today)) & unsayable
+
+
+@pytest.mark.parametrize(("said", "given"), [
+    ("On Monday at ten in the morning, please.", "2026-11-30"),
+    ("Tomorrow at seven, for two.", "2026-11-30"),
+    ("For two on Friday at half past eight.", "2026-12-04"),
+    ("The day after tomorrow, at 9.", "2026-12-01"),
+    ("Monday the 7th of December at ten.", None),  # a date of the month: the model notes it
+    ("On Monday the seventh, at ten.", None),
+    ("Monday the 14, at ten.", None),
+    ("On Monday, 2026-12-14.", None),
+    ("A table for two people at seven thirty, please.", None),  # no day named
+])
+def test_a_day_named_is_given_as_its_date(said: str, given: str | None) -> None:
+    """The day a message names, without a date of the month, is given in the note's format
+    (the embedded model reads it, not writes it: ~12 tokens), and it is what the check would
+    have kept of any date noted for it that is not that day."""
+    sheet = Engine(load_playbook(PLAYBOOKS / "appointments.yaml")).sheets["scheduling"]
+    today = date(2026, 11, 29)  # a Sunday
+    values = sheet.given(said, today)
+    assert values.get("date") == given
+    assert sheet.given(said).get("date") is None  # no today: no day worked out
+    props = sheet.note_format(values)["json_schema"]["schema"]["properties"]
+    if given is None:
+        assert "enum" not in props["date"]  # noted by the model, or null when unsayable
+        return
+    assert props["date"] == {"enum": [given]}
+    for noted in (None, today.isoformat(), "2027-03-10", (today + timedelta(days=3)).isoformat()):
+        facts = sheet.accept(json.dumps({"date": noted, "time": None}), said, None, today)
+        assert facts["date"] == given, noted

@@ -139,6 +139,8 @@ def test_a_value_with_one_possible_text_is_read_with_the_keys() -> None:
     assert rest[0][1].startswith('root ::= " "? value "}"')
     assert json_template(fmt(a=null, b={"enum": [None]})) == ('{"a": null, "b": null}', None,
                                                                ())
+    assert json_template(fmt(a=free, b={"enum": ["2026-11-30"]}))[2] == (
+        (' "b": "2026-11-30"}', None),)  # an enum of one: a day the caller named
 
 
 @pytest.mark.slow

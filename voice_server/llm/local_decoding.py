@@ -185,11 +185,14 @@ def json_template(response_format: dict[str, Any]) -> tuple[str, str | None, tup
 
 
 def _one_value(schema: Any) -> str | None:
-    """The JSON text of the one value ``schema`` allows, if it allows one (null, a const)."""
+    """The JSON text of the one value ``schema`` allows, if it allows one (null, a const, an
+    enum of one)."""
     if not isinstance(schema, dict):
         return None
     if "const" in schema:
         return json.dumps(schema["const"])
+    if isinstance(enum := schema.get("enum"), list) and len(enum) == 1:
+        return json.dumps(enum[0])
     if schema.get("type") == "null" or schema.get("enum") == [None]:
         return "null"
     return None

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from ..llm import ChatRequest, message_text
@@ -96,8 +96,14 @@ class StageRequests:
                            model=self.engine.plan(st, first_round=True).model,
                            temperature=0.0, max_tokens=48 + 24 * len(sheet.properties),
                            response_format=sheet.note_format(
-                               frozenset(st.data) | sheet.unsayable(text)),
+                               {**sheet.given(text, self.today(now)), **dict.fromkeys(st.data)}),
                            timeout_s=self.timeout_s)
+
+    def today(self, now: float) -> date | None:
+        """Today's date at ``now``, for the days a caller names, when the playbook gives it
+        (``globals.today``)."""
+        return datetime.fromtimestamp(now).astimezone().date() \
+            if self.playbook.globals.today else None
 
     def first(self, ctx: TurnContext, now: float) -> ChatRequest | None:
         """The request the turn of ``ctx`` would start with, its user message the words heard

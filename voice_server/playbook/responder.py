@@ -42,7 +42,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
-from datetime import date, datetime
 from typing import Any
 
 from ..llm import (
@@ -222,8 +221,9 @@ class PlaybookResponder:
             if not calls or final:
                 return
             if (sheet := self.engine.sheets.get(st.stage)) is not None:  # the caller's details
+                today = self.requests.today(self._clock())
                 calls = tuple(dataclasses.replace(c, arguments=sheet.ground(
-                    self.playbook.tools[c.name], c.arguments, st.facts, text, self._date()))
+                    self.playbook.tools[c.name], c.arguments, st.facts, text, today))
                     if c.name in self.playbook.tools else c for c in calls)
             says, answered = await self._tool_round(ctx, st, calls, "".join(spoken),
                                                     turn_msgs)
@@ -285,7 +285,8 @@ class PlaybookResponder:
         failed (an endpoint without structured output): the model then gets the tool itself,
         as in a stage without ``collect``."""
         asked = last_asked(ctx, st)
-        request = self.requests.note(st, sheet, asked, text, self._clock())
+        now = self._clock()
+        request = self.requests.note(st, sheet, asked, text, now)
         noted: dict[str, Any] = {}
         try:
             result = await self._router.complete(request)
@@ -295,7 +296,7 @@ class PlaybookResponder:
         else:
             ctx.usage = (ctx.usage or Usage()) + result.usage
             offer = standing_offer(st.offer, st.offer_said, asked)
-            noted = sheet.accept(result.text, text, offer, self._date())
+            noted = sheet.accept(result.text, text, offer, self.requests.today(now))
         reopened = [k for k in declined(offer, st.facts, text, st.data) if k not in noted]
         for name in reopened:  # asked for again: the value that failed is not wanted
             st.facts.pop(name, None)
@@ -404,11 +405,6 @@ class PlaybookResponder:
 
     def _save(self, ctx: TurnContext, st: PlaybookState) -> None:
         ctx.state.update(st.to_dict())
-
-    def _date(self) -> date | None:
-        """Today, for the days a caller names, when the playbook gives it (``globals.today``)."""
-        return datetime.fromtimestamp(self._clock()).astimezone().date() \
-            if self.playbook.globals.today else None
 
 
 def _loose_args(raw: str) -> dict[str, Any]:

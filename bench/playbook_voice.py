@@ -1,10 +1,12 @@
-"""Benchmark: spoken table bookings over WebRTC, the restaurant playbook on the embedded defaults.
+"""Benchmark: spoken bookings over WebRTC, a bundled booking playbook on the embedded defaults.
 
 What a caller of a booking agent waits for: from the end of each thing they say to the agent's
 first audible answer, measured from the audio alone by a real aiortc peer (bench/_peers.py, as
 in bench/voice_latency.py). The callers and their lines are the quality benchmark's
-(``_spoken_calls.CALLERS``), said in our Piper voice; a call ends when the playbook reaches its
-``confirmation`` stage (or its lines run out). Each variant runs the server in its own process
+(``_spoken_calls.CALLERS`` for the restaurant, ``VISITS`` with ``--playbook appointments``:
+the last one asks for a taken slot), said in our Piper voice; a call ends when the playbook
+reaches its last stage (or its lines run out). Each variant's server keeps its calendar in an
+empty data folder of its own. Each variant runs the server in its own process
 (``--variant NAME=SETTINGS_JSON``, e.g. ``off='{"llm_prefill": false}'``); variants alternate
 by caller, so a slow minute of the machine falls on all of them. The server computes its
 playbooks' stage prompts before the first call (the steady state: server/warm.py).
@@ -23,6 +25,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -32,40 +35,62 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._spoken_calls import CALLERS, caller_lines  # noqa: E402
+from bench._spoken_calls import CALLERS, VISITS, caller_lines, visit_lines  # noqa: E402
 from bench._systems import System  # noqa: E402
 from bench.voice_latency import save, speech48k, stats, strip_private  # noqa: E402
 
 LOOPBACK = {"ice_host_addresses": "127.0.0.1", "ice_candidate_allow": "127.0.0.1"}
 
 
-async def call(system: System, caller: tuple[Any, ...], speech: dict[str, Any]) -> dict[str, Any]:
+def table_right(caller: tuple[Any, ...], args: dict[str, Any]) -> bool:
+    _, party_n, _, hhmm, name, *full = caller
+    hhmm = full[0][1] if full else hhmm
+    return args.get("party_size") == party_n and args.get("time") == hhmm and \
+        name.split()[0].lower() in str(args.get("name", "")).lower()
+
+
+def visit_right(visit: tuple[Any, ...], args: dict[str, Any]) -> bool:
+    from datetime import date
+
+    from voice_server.playbook.collect import spoken_day
+
+    day, _, hhmm, name, *taken = visit
+    hhmm = taken[0][1] if taken else hhmm
+    return args.get("date") == str(spoken_day(day, date.today())) and \
+        args.get("time") == hhmm and name.split()[0].lower() in str(args.get("name", "")).lower()
+
+
+PLAYBOOKS = {  # callers, their lines, the stage a booking reaches, its tool, a right booking
+    "restaurant": (CALLERS, caller_lines, "confirmation", "book_table", table_right),
+    "appointments": (VISITS, visit_lines, "done", "book_appointment", visit_right),
+}
+
+
+async def call(system: System, playbook: str, caller: tuple[Any, ...],
+               speech: dict[str, Any]) -> dict[str, Any]:
     """One caller's booking: the greeting heard out, then each line, until the booking."""
     from bench._peers import RtcClient, turn, turn_end
 
-    async with RtcClient(system.url + "?playbook=restaurant") as client:
+    _, lines_of, last_stage, tool, right = PLAYBOOKS[playbook]
+    async with RtcClient(system.url + f"?playbook={playbook}") as client:
         await asyncio.wait_for(client.negotiate(), 60)
         await turn_end(client, time.monotonic() - 1)  # the playbook's greeting
         turns = []
-        for line in caller_lines(caller):
+        for line in lines_of(caller):
             result = await turn(client, speech[line])
             turns.append({"line": line, "v2v_ms": result["v2v_ms"]})
-            print(f"#   {system.name} {caller[4]}: {line!r} {result['v2v_ms']} ms",
-                  file=sys.stderr, flush=True)
-            if any(m.get("type") == "stage-change" and m.get("to") == "confirmation"
+            print(f"#   {system.name} {caller[4 if playbook == 'restaurant' else 3]}: "
+                  f"{line!r} {result['v2v_ms']} ms", file=sys.stderr, flush=True)
+            if any(m.get("type") == "stage-change" and m.get("to") == last_stage
                    for m in client.messages()):
                 break
         booked = [json.loads(m["arguments"]) if isinstance(m.get("arguments"), str)
                   else m.get("arguments") for m in client.messages("tool-call-start")
-                  if m.get("name") == "book_table"]
-        done = any(m.get("type") == "stage-change" and m.get("to") == "confirmation"
+                  if m.get("name") == tool]
+        done = any(m.get("type") == "stage-change" and m.get("to") == last_stage
                    for m in client.messages())
-    _, party_n, _, hhmm, name, *full = caller
-    hhmm = full[0][1] if full else hhmm
-    args = booked[-1] if booked else {}
-    right = done and args.get("party_size") == party_n and args.get("time") == hhmm and \
-        name.split()[0].lower() in str(args.get("name", "")).lower()
-    return {"caller": name, "booked": done, "right": right, "turns": turns}
+    return {"caller": caller[4 if playbook == "restaurant" else 3], "booked": done,
+            "right": done and right(caller, booked[-1] if booked else {}), "turns": turns}
 
 
 def summary(calls: list[dict[str, Any]], records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -98,14 +123,16 @@ async def warm(system: System) -> float:
 
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--playbook", choices=sorted(PLAYBOOKS), default="restaurant")
     ap.add_argument("--callers", type=int, default=len(CALLERS))
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME=SETTINGS_JSON (default: one variant, the defaults)")
     ap.add_argument("--json", help="also write the result here")
     args = ap.parse_args()
     variants = [v.split("=", 1) for v in args.variant] or [["default", "{}"]]
-    callers = CALLERS[:args.callers]
-    lines = sorted({line for c in callers for line in caller_lines(c)})
+    every, lines_of, *_ = PLAYBOOKS[args.playbook]
+    callers = every[:args.callers]
+    lines = sorted({line for c in callers for line in lines_of(c)})
     with tempfile.TemporaryDirectory() as folder:
         speech = {line: speech48k(line, Path(folder), pad=(0.5, 0.5), voice="piper")
                   for line in lines}
@@ -116,15 +143,18 @@ async def main() -> None:
     warmed: dict[str, float] = {}
     async with contextlib.AsyncExitStack() as stack:
         for system in systems:  # one at a time: each computes its stage prompts alone
+            data = stack.enter_context(tempfile.TemporaryDirectory())  # its own calendar
+            os.environ["VOICE_SERVER_DATA_DIR"] = data  # (the server process takes it)
             await stack.enter_async_context(system)
             warmed[system.name] = await warm(system)
             await system.dump()
         for caller in callers:  # alternating: a slow minute falls on every variant
             for system in systems:
-                calls[system.name].append(await call(system, caller, speech))
+                calls[system.name].append(await call(system, args.playbook, caller, speech))
         for system in systems:
             records[system.name] = (await system.dump())["turns"]
-    result = {"bench": "playbook_voice", "callers": len(callers), "warm_s": warmed,
+    result = {"bench": "playbook_voice", "playbook": args.playbook, "callers": len(callers),
+              "warm_s": warmed,
               **{name: summary(calls[name], records[name]) for name in calls}}
     print(json.dumps(strip_private(result), indent=1))
     save(args.json, result)

@@ -420,7 +420,8 @@ def test_which_details_need_a_number_said(schema: dict, needs: bool) -> None:
     ("On the 12th at seven, for two.", set()),
     ("March the twelfth, at seven, for two.", set()),
 ])
-def test_a_date_needs_a_day_a_month_or_a_day_of_the_month_said(said: str, unsayable: set[str]) -> None:
+def test_a_date_needs_a_day_a_month_or_a_day_of_the_month_said(said: str,
+                                                               unsayable: set[str]) -> None:
     sheet = Engine(load_playbook(PLAYBOOKS / "restaurant.yaml")).sheets["booking"]
     assert sheet.unsayable(said) == unsayable
     today = date(2026, 11, 29)

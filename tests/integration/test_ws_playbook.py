@@ -62,6 +62,29 @@ async def test_playbook_voice_turns_collect_book_and_emit_events(scripted_server
         "user", "assistant", "user", "assistant", "tool", "assistant"]
 
 
+async def test_the_engine_s_question_is_said_from_the_audio_kept(scripted_server, fake_llm,
+                                                                 make_speech):
+    """The engine asks its questions in the same words in every call, and their audio is
+    synthesized once (pipeline/tts.py ``SaidBefore``): Piper says a text a little differently
+    each time, so the same audio in two calls shows the second was not synthesized again."""
+    wav = base64.b64encode(make_speech("Can I reserve a table for two people, please?")).decode()
+    url = ws_url(scripted_server) + "?playbook=restaurant"
+    audio = []
+    for _ in range(2):
+        fake_llm.add('{"name": null, "time": null, "party_size": 2}')
+        async with websockets.connect(url, max_size=None) as ws:
+            client = Client(ws)
+            await client.recv()  # ready
+            await client.send({"type": "audio", "data": wav})
+            answer = await client.until("tts-complete", timeout=90)
+        assert next(m for m in answer if m["type"] == "llm")["text"] == \
+            "At what time would you like the table?"
+        audio.append(b"".join(base64.b64decode(m["data"]) for m in answer
+                              if m["type"] == "tts-chunk"))
+    assert audio[0] and audio[0] == audio[1]
+    assert len(scripted_server.tts.said_before) >= 1
+
+
 async def test_unknown_playbook_is_reported(scripted_server):
     """An unknown ?playbook= gets PLAYBOOK_ERROR and the connection keeps serving."""
     async with websockets.connect(ws_url(scripted_server) + "?playbook=nope") as ws:

@@ -192,8 +192,8 @@ def _one_value(schema: Any) -> str | None:
     if "const" in schema:
         return json.dumps(schema["const"])
     if isinstance(enum := schema.get("enum"), list) and len(enum) == 1:
-        return json.dumps(enum[0])
-    if schema.get("type") == "null" or schema.get("enum") == [None]:
+        return json.dumps(enum[0])  # [None]: "null"
+    if schema.get("type") == "null":
         return "null"
     return None
 

@@ -109,7 +109,7 @@ class StageRequests:
         """The requests worth reading ahead while the caller speaks, their user message the
         words heard so far, in the order a turn would send them, in the stage a transition
         the words fire leads to (a keyword: "... book a table"): the stage's answer; in a
-        stage with ``collect``, the note first. None when an intent is to be asked first (a
+        stage with ``collect``, the note first. Nothing when an intent is to be asked first (a
         few tokens after its saved prompt, not worth reading ahead).
 
         Why: a typed booking note read ~20-35 tokens after the stage's saved prompt, 0.4-0.6 s

@@ -18,6 +18,7 @@ import pytest_asyncio
 from tests.conftest import scaled
 from tests.integration.test_ws_turn import audio_message, check_turn
 from voice_server.config import DEFAULT_APOLOGY, load_settings
+from voice_server.pipeline.tts import SaidBefore
 from voice_server.server.app import VoiceServer
 from voice_server.workers import RestartPolicy
 
@@ -60,6 +61,9 @@ async def test_a_worker_killed_mid_turn_costs_that_turn_only(server, connect, ma
     # the client 0.01-1.25 s after it (the LLM's: 0.55 s, back at 0.69 s). The tts case
     # failed once beside another test file (1 run in 7; its output was not kept).
     monkeypatch.setattr(worker, "policy", RestartPolicy(first_delay_s=3.0))
+    # the answer is the one the other cases' next turns spoke: its audio would be played as
+    # kept, and the voice's worker never asked (pipeline/tts.py SaidBefore)
+    monkeypatch.setattr(server.tts, "said_before", SaidBefore(budget=0))
     # "capital of France" in espeak-ng's voice is heard "capital and friends" on some CPUs
     # (CTranslate2's kernels differ); "capital city of France" is heard right on every one tried
     wav = make_speech("What is the capital city of France?")

@@ -387,9 +387,14 @@ async def test_the_user_interrupts_through_the_echo(url, rtc_llm, make_speech):
             texts = [m["messages"][-1]["content"].lower() for m in rtc_llm.requests]
             return [text for text in texts if "when does" in text]
 
-        async with asyncio.timeout(scaled(60)):
-            while not questions():  # noqa: ASYNC110
-                await asyncio.sleep(0.05)
+        try:
+            async with asyncio.timeout(scaled(60)):
+                while not questions():  # noqa: ASYNC110
+                    await asyncio.sleep(0.05)
+        except TimeoutError:  # what was heard and asked says why (a CI run of 2026-11-29)
+            pytest.fail(f"the question was not asked: heard "
+                        f"{[m['text'] for m in client.messages('transcript')]}, asked "
+                        f"{[m['messages'][-1]['content'] for m in rtc_llm.requests]}")
         asked = questions()
         assert "open" in asked[-1], asked
         # the turn starts near the user's voice, not at the echo that came before it (it

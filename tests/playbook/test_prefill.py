@@ -1,6 +1,6 @@
-"""A playbook turn's requests read ahead while the caller speaks
-(``PlaybookResponder.prefill`` -> ``StageRequests.ahead`` -> ``LLMRouter.warm(save=False)``):
-each request is the one the turn then sends, up to the caller's words; a remote endpoint is not
+"""A playbook turn's first request read ahead while the caller speaks
+(``PlaybookResponder.prefill`` -> ``StageRequests.first`` -> ``LLMRouter.warm(save=False)``):
+the request is the one the turn then sends, up to the caller's words; a remote endpoint is not
 asked; the embedded model then reads only the words."""
 
 from __future__ import annotations
@@ -43,10 +43,8 @@ async def test_a_note_of_the_caller_s_facts_is_read_up_to_their_words(fake, reco
         await call.turn("I'd like to book a table.")  # booking (a keyword), asks the party
         sent = len(fake.requests)
         await pb.prefill(call.context("For two"))
-        (ahead, save), (answer, _) = recording.warmed  # the note, then the stage's answer
+        [(ahead, save)] = recording.warmed
         assert not save and len(fake.requests) == sent  # kept for this turn; never remote
-        assert answer.response_format is None and answer.tools
-        assert answer.messages[-1] == {"role": "user", "content": "For two"}
         await call.turn("For two people at eight.")
         note = fake.requests[sent]
         assert note["response_format"] == ahead.response_format
@@ -63,28 +61,10 @@ async def test_words_that_fire_a_transition_read_the_next_stage_s_request(fake, 
                                  recording) as pb:
         call = Conversation(pb, history=[{"role": "assistant", "content": "Luigi's, hello."}])
         await pb.prefill(call.context("Hello, I would like to book a table"))
-        (ahead, _), _ = recording.warmed
+        [(ahead, _)] = recording.warmed
         assert ahead.response_format is not None  # the booking stage's note of facts
         assert ahead.messages[-2] == {"role": "assistant", "content": "Luigi's, hello."}
         assert call.state == {}  # the session's state is untouched
-
-
-async def test_a_collecting_stage_s_answer_is_read_with_its_history(fake, recording) -> None:
-    """A stage that collects asks the model to answer only when the note leaves it to talk
-    ("Do you have parking?"): that answer, the history in it, is read ahead after the note."""
-    async with PlaybookResponder(load_playbook(PLAYBOOKS / "restaurant.yaml"),
-                                 recording) as pb:
-        call = Conversation(pb)
-        await call.turn("I'd like to book a table.")  # booking (a keyword), asks the party
-        await pb.prefill(call.context("Do you have"))
-        _, (ahead, _) = recording.warmed
-        sent = len(fake.requests)
-        await call.turn("Do you have parking?")  # the note (unscripted here) notes nothing
-        answer = fake.requests[-1]
-        assert len(fake.requests) == sent + 2 and answer.get("response_format") is None
-        assert answer["messages"][:-1] == ahead.messages[:-1]  # the history, what is known
-        assert [m["role"] for m in ahead.messages[1:3]] == ["user", "assistant"]
-        assert answer["tools"] == ahead.tools
 
 
 SHOP = """\
@@ -143,7 +123,7 @@ tools:
 async def test_the_embedded_model_then_reads_only_the_caller_s_words() -> None:
     """The agent asked a 20-token question; read ahead, the note of the caller's answer reads
     fewer tokens than that question has (the caller's words, the message's end and the JSON's
-    opening), and so does the stage's answer, whose history and facts are ~70 tokens."""
+    opening)."""
     provider = LocalLlamaProvider(n_threads=2)
     router = LLMRouter({"local": provider}, default="local")
     try:
@@ -155,11 +135,10 @@ async def test_the_embedded_model_then_reads_only_the_caller_s_words() -> None:
             call = Conversation(pb, history=[{"role": "user", "content": "Four of us."},
                                              {"role": "assistant", "content": asked}])
             await pb.prefill(call.context(""))
-            note, answer = pb.requests.ahead(call.context("It's Anna."), time.time())
-            assert note.response_format is not None and answer.response_format is None
-            for request in (note, answer):  # the answer: when the note leaves it to talk
-                usage = (await router.complete(request)).usage
-                read = usage.input_tokens - usage.cached_tokens
-                assert read < 20, usage
+            note = pb.requests.first(call.context("It's Anna."), time.time())
+            assert note is not None and note.response_format is not None
+            usage = (await router.complete(note)).usage
+            read = usage.input_tokens - usage.cached_tokens
+            assert read < 20, usage
     finally:
         await router.aclose()

@@ -105,32 +105,28 @@ class StageRequests:
         return datetime.fromtimestamp(now).astimezone().date() \
             if self.playbook.globals.today else None
 
-    def ahead(self, ctx: TurnContext, now: float) -> list[ChatRequest]:
-        """The requests worth reading ahead while the caller speaks, their user message the
-        words heard so far, in the order a turn would send them, in the stage a transition
-        the words fire leads to (a keyword: "... book a table"): the stage's answer; in a
-        stage with ``collect``, the note first. Nothing when an intent is to be asked first (a
-        few tokens after its saved prompt, not worth reading ahead).
+    def first(self, ctx: TurnContext, now: float) -> ChatRequest | None:
+        """The request the turn of ``ctx`` would start with, its user message the words heard
+        so far: the note in a stage with ``collect``, else the stage's answer, in the stage a
+        transition the words fire leads to (a keyword: "... book a table"); None when an
+        intent is to be asked first (a few tokens after its saved prompt, not worth reading
+        ahead).
 
         Why: a typed booking note read ~20-35 tokens after the stage's saved prompt, 0.4-0.6 s
         of its 1.3-1.7 s (1.5B model, 2 cores); the agent's question and the message's opening,
-        about half of them, are known before the caller's first word. And a collecting stage
-        asks its answer only when the note leaves the model to talk (a question, a "yes" to
-        several offers), so nothing else reads its history: after a taken slot it was 610
-        tokens, the answer's first word 14 s after the caller's (appointments playbook)."""
+        about half of them, are known before the caller's first word."""
         st = self.engine.restore(ctx.state, now)
         text = message_text(ctx.user_message)
         if self.engine.needs_intent(st, text, now):
-            return []
+            return None
         decision = self.engine.start_turn(st, text, now)  # on a copy: where the words lead
         if decision is not None and decision.clear_history:
             st.history_from = len(ctx.history)
-        history = llm_messages(ctx.history[st.history_from:], self.history)
-        answer = self.answer(self.engine.plan(st, first_round=True), history,
-                             [ctx.user_message], [], now, final=False)
         if (sheet := self.engine.sheets.get(st.stage)) is not None:
-            return [self.note(st, sheet, last_asked(ctx, st), text, now), answer]
-        return [answer]
+            return self.note(st, sheet, last_asked(ctx, st), text, now)
+        history = llm_messages(ctx.history[st.history_from:], self.history)
+        return self.answer(self.engine.plan(st, first_round=True), history,
+                           [ctx.user_message], [], now, final=False)
 
     def warm(self, now: float) -> list[ChatRequest]:
         """A request of each kind a stage makes (intent, facts, answer), with a user's "Hello."

@@ -21,7 +21,7 @@ One call of ``respond(ctx)`` is one user turn:
    tools so it must answer), the answer has streamed and the turn ends.
 
 The requests the model gets are built in ``requests.py`` (``StageRequests``); while the caller
-speaks, ``prefill`` has the embedded model read the turn's up to their words.
+speaks, ``prefill`` has the embedded model read the turn's first one up to their words.
 
 Spec: "Playbook Mode Events" (``tool-call-start``, ``tool-call-end``, ``stage-change``).
 
@@ -161,10 +161,9 @@ class PlaybookResponder:
 
     # -- one turn ------------------------------------------------------------------------
     async def prefill(self, ctx: TurnContext) -> None:
-        """Have the embedded model read ahead the prompts of the turn's requests, up to the
-        words heard so far, one after the other (``StageRequests.ahead``,
-        ``LLMRouter.warm``); the words heard next cancel this for a fresh one."""
-        for request in self.requests.ahead(ctx, self._clock()):
+        """Have the embedded model read ahead the prompt of the turn's first request, up to
+        the words heard so far (``StageRequests.first``, ``LLMRouter.warm``)."""
+        if (request := self.requests.first(ctx, self._clock())) is not None:
             with contextlib.suppress(LLMError):
                 await self._router.warm(request, save=False)
 

@@ -114,17 +114,22 @@ def _done(result: Any) -> bool:
                 and (result.get("booked") is False or result.get("found") is False))
 
 
-async def booking_run(url: str, caller: tuple[Any, ...], wavs: dict[str, bytes]) -> dict[str, Any]:
+def table_right(caller: tuple[Any, ...], args: dict[str, Any]) -> bool:
+    """``book_table``'s ``args`` are the caller's: their time (or the one they took instead
+    of a full one), their party size, their first name."""
     _, size, _, hhmm, name, *full = caller
     hhmm = full[0][1] if full else hhmm
+    return args.get("time") == hhmm and args.get("party_size") == size \
+        and name.split()[0].lower() in str(args.get("name", "")).lower()
+
+
+async def booking_run(url: str, caller: tuple[Any, ...], wavs: dict[str, bytes]) -> dict[str, Any]:
     call = await spoken_booking(url, "restaurant", caller_lines(caller), wavs, "confirmation",
                                 "book_table")
-    args = call["args"]
     return {
-        "caller": name,
+        "caller": caller[4],
         "booked": call["booked"],
-        "right": call["booked"] and args.get("time") == hhmm and args.get("party_size") == size
-        and name.split()[0].lower() in str(args.get("name", "")).lower(),
+        "right": call["booked"] and table_right(caller, call["args"]),
         "asked_for_time": "?" in call["turns"][0]["answer"] and not any(  # no time invented
             m["type"] == "tool-call-start" and m["name"] in ("check_availability", "book_table")
             for m in call["first_events"]),
@@ -169,22 +174,26 @@ def visit_lines(visit: tuple[Any, ...]) -> list[str]:
             *([taken[0][0]] if taken else []), "Yes, please book it."]
 
 
-async def visit_run(url: str, visit: tuple[Any, ...], wavs: dict[str, bytes]) -> dict[str, Any]:
-    """One caller books with the appointments playbook; right: the weekday they named (worked
-    out from today), their time (or the one they took instead of a taken one), their name."""
+def visit_right(visit: tuple[Any, ...], args: dict[str, Any]) -> bool:
+    """``book_appointment``'s ``args`` are the caller's: the weekday they named (worked out
+    from today), their time (or the one they took instead of a taken one), their name."""
     from datetime import date
 
     from voice_server.playbook.collect import spoken_day
 
     day, _, hhmm, name, *taken = visit
     hhmm = taken[0][1] if taken else hhmm
+    return args.get("date") == str(spoken_day(day, date.today())) and \
+        args.get("time") == hhmm and name.split()[0].lower() in str(args.get("name", "")).lower()
+
+
+async def visit_run(url: str, visit: tuple[Any, ...], wavs: dict[str, bytes]) -> dict[str, Any]:
+    """One caller books with the appointments playbook; right: ``visit_right``."""
     call = await spoken_booking(url, "appointments", visit_lines(visit), wavs, "done",
                                 "book_appointment")
-    args, wanted = call["args"], spoken_day(day, date.today())
     return {
-        "caller": name, "booked": call["booked"],
-        "right": call["booked"] and args.get("date") == str(wanted) and args.get("time") == hhmm
-        and name.split()[0].lower() in str(args.get("name", "")).lower(),
+        "caller": visit[3], "booked": call["booked"],
+        "right": call["booked"] and visit_right(visit, call["args"]),
         "asked_for_time": "?" in call["turns"][0]["answer"] and not any(  # no day invented
             m["type"] == "tool-call-start" for m in call["first_events"]),
         **call["report"],

@@ -35,34 +35,24 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._spoken_calls import CALLERS, VISITS, caller_lines, visit_lines  # noqa: E402
+from bench._spoken_calls import (  # noqa: E402
+    CALLERS,
+    VISITS,
+    caller_lines,
+    table_right,
+    visit_lines,
+    visit_right,
+)
 from bench._systems import System  # noqa: E402
 from bench.voice_latency import save, speech48k, stats, strip_private  # noqa: E402
 
 LOOPBACK = {"ice_host_addresses": "127.0.0.1", "ice_candidate_allow": "127.0.0.1"}
 
 
-def table_right(caller: tuple[Any, ...], args: dict[str, Any]) -> bool:
-    _, party_n, _, hhmm, name, *full = caller
-    hhmm = full[0][1] if full else hhmm
-    return args.get("party_size") == party_n and args.get("time") == hhmm and \
-        name.split()[0].lower() in str(args.get("name", "")).lower()
-
-
-def visit_right(visit: tuple[Any, ...], args: dict[str, Any]) -> bool:
-    from datetime import date
-
-    from voice_server.playbook.collect import spoken_day
-
-    day, _, hhmm, name, *taken = visit
-    hhmm = taken[0][1] if taken else hhmm
-    return args.get("date") == str(spoken_day(day, date.today())) and \
-        args.get("time") == hhmm and name.split()[0].lower() in str(args.get("name", "")).lower()
-
-
-PLAYBOOKS = {  # callers, their lines, the stage a booking reaches, its tool, a right booking
-    "restaurant": (CALLERS, caller_lines, "confirmation", "book_table", table_right),
-    "appointments": (VISITS, visit_lines, "done", "book_appointment", visit_right),
+PLAYBOOKS = {  # callers, their lines, the stage a booking reaches, its tool, a right booking,
+    # where a caller's name is
+    "restaurant": (CALLERS, caller_lines, "confirmation", "book_table", table_right, 4),
+    "appointments": (VISITS, visit_lines, "done", "book_appointment", visit_right, 3),
 }
 
 
@@ -71,7 +61,7 @@ async def call(system: System, playbook: str, caller: tuple[Any, ...],
     """One caller's booking: the greeting heard out, then each line, until the booking."""
     from bench._peers import RtcClient, turn, turn_end
 
-    _, lines_of, last_stage, tool, right = PLAYBOOKS[playbook]
+    _, lines_of, last_stage, tool, right, name_at = PLAYBOOKS[playbook]
     async with RtcClient(system.url + f"?playbook={playbook}") as client:
         await asyncio.wait_for(client.negotiate(), 60)
         await turn_end(client, time.monotonic() - 1)  # the playbook's greeting
@@ -79,8 +69,8 @@ async def call(system: System, playbook: str, caller: tuple[Any, ...],
         for line in lines_of(caller):
             result = await turn(client, speech[line])
             turns.append({"line": line, "v2v_ms": result["v2v_ms"]})
-            print(f"#   {system.name} {caller[4 if playbook == 'restaurant' else 3]}: "
-                  f"{line!r} {result['v2v_ms']} ms", file=sys.stderr, flush=True)
+            print(f"#   {system.name} {caller[name_at]}: {line!r} {result['v2v_ms']} ms",
+                  file=sys.stderr, flush=True)
             if any(m.get("type") == "stage-change" and m.get("to") == last_stage
                    for m in client.messages()):
                 break
@@ -89,7 +79,7 @@ async def call(system: System, playbook: str, caller: tuple[Any, ...],
                   if m.get("name") == tool]
         done = any(m.get("type") == "stage-change" and m.get("to") == last_stage
                    for m in client.messages())
-    return {"caller": caller[4 if playbook == "restaurant" else 3], "booked": done,
+    return {"caller": caller[name_at], "booked": done,
             "right": done and right(caller, booked[-1] if booked else {}), "turns": turns}
 
 

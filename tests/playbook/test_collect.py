@@ -182,6 +182,18 @@ def test_questions_follow_the_ask_order_then_the_schema(engine: Engine) -> None:
     assert sheet.missing({"party_size": 2, "name": "Ada", "time": "19:00"}) == []
 
 
+@pytest.mark.parametrize(("facts", "said", "question"), [
+    ({}, "Hi, I'd like to book a table.", "For how many people?"),  # no number: no party
+    ({}, "Hi, I'm Ada, I'd like to book.", "For how many people?"),  # a name comes later
+    ({}, "A table for four, please.", None),  # the note may give the party size
+    ({"party_size": 2}, "I'd like to book.", None),  # a name may be in any words
+    ({"party_size": 2, "name": "Ada"}, "Hello.", None),  # no ask text for the time
+])
+def test_a_question_the_note_cannot_change_is_known_before_it(
+        engine: Engine, facts: dict, said: str, question: str | None) -> None:
+    assert engine.sheets["booking"].question_before_note(facts, said) == question
+
+
 def test_the_answering_model_is_told_what_is_missing_and_cannot_call_the_tool(
         engine: Engine) -> None:
     state = engine.initial_state(0.0)

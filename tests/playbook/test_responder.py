@@ -12,11 +12,11 @@ from aiohttp import web
 
 from tests.support.fake_openai import FakeOpenAI, Reply
 from voice_server.llm import LLMRouter, LLMUnavailable
-from voice_server.playbook import PlaybookResponder, load_playbook_text
+from voice_server.playbook import PlaybookResponder, load_playbook, load_playbook_text
 from voice_server.playbook.responder import FINAL_NUDGE
 from voice_server.protocol import Message, StageChange, ToolCallEnd, ToolCallStart
 
-from .conftest import scaled
+from .conftest import PLAYBOOKS, scaled
 from .support import Conversation
 
 HERE = Path(__file__).parent
@@ -305,3 +305,24 @@ def test_the_date_line_names_today_on_the_server_s_clock() -> None:
     from voice_server.playbook.requests import today_line
 
     assert today_line(datetime(2026, 12, 31, 9, 5).timestamp()) == "Today is Thursday 2026-12-31."
+
+
+async def test_a_question_the_note_cannot_change_is_said_before_the_note(
+        fake: FakeOpenAI, router: LLMRouter, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    """Entering the appointments' booking stage with no day said: "Which day ...?" comes at
+    once, while the note (here 2 s late) still keeps the visit's reason for the booking."""
+    monkeypatch.setenv("VOICE_SERVER_DATA_DIR", str(tmp_path))
+    pb = load_playbook(PLAYBOOKS / "appointments.yaml")
+    fake.add(Reply(text='{"date": null, "time": null, "name": null, "reason": "check-up"}',
+                   delay_s=scaled(2)))
+    async with PlaybookResponder(pb, router, timeout_s=scaled(10)) as responder:
+        talk = Conversation(responder)
+        ctx = talk.context("Hi, I'd like to book a check-up.")
+        pieces = responder.respond(ctx)
+        first = await asyncio.wait_for(anext(pieces), scaled(1))
+        assert first.strip() == pb.stages["scheduling"].collect.ask["date"]
+        assert [p async for p in pieces] == []
+        assert ctx.state["stage"] == "scheduling"
+        assert ctx.state["facts"] == {"reason": "check-up"}
+        assert fake.requests[0]["response_format"]["json_schema"]["name"] == "note_facts"

@@ -107,6 +107,17 @@ class FactSheet:
         missing = self.missing(facts)
         return self.collect.ask.get(missing[0]) if missing else None
 
+    def question_before_note(self, facts: dict[str, Any], said: str,
+                             today: Date | None = None) -> str | None:
+        """The question for the first missing argument when ``said`` cannot give it
+        (``given``: None), so it stays the first missing whatever the note finds: "Hello,
+        I'd like to book a check-up" is asked for a day before the note is read. None
+        otherwise."""
+        missing = self.missing(facts)
+        if not missing or self.given(said, today).get(missing[0], "") is not None:
+            return None
+        return self.collect.ask.get(missing[0])
+
     # -- the note request -----------------------------------------------------------------
     def note_format(self, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The answer's JSON Schema (OpenAI's ``response_format``): every argument required and

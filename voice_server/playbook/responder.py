@@ -190,6 +190,13 @@ class PlaybookResponder:
         fallback: tuple[str, str] | None = None  # (stage, tool) when noting the facts failed
         if (sheet := self.engine.sheets.get(st.stage)) is not None:
             entered = decision is not None and decision.changed
+            if entered and (question := self._question_first(ctx, st, sheet, text)):
+                # said at once; the note keeps what else the caller gave ("a check-up") for
+                # the call, ~1.2 s of a 1.5B model's time on 2 cores that the caller no
+                # longer waits through
+                yield question.strip() + " "
+                await self._note(ctx, st, sheet, text)
+                return
             says, answered = await self._collect(ctx, st, sheet, text, entered, turn_msgs)
             for say in says:
                 yield say
@@ -284,24 +291,9 @@ class PlaybookResponder:
         model. Returns the texts to say and whether they answer the turn; None when the note
         failed (an endpoint without structured output): the model then gets the tool itself,
         as in a stage without ``collect``."""
-        asked = last_asked(ctx, st)
-        now = self._clock()
-        request = self.requests.note(st, sheet, asked, text, now)
-        noted: dict[str, Any] = {}
-        try:
-            result = await self._router.complete(request)
-        except LLMError as exc:
-            log.warning("noting the caller's facts failed: %s", exc)
+        if (found := await self._note(ctx, st, sheet, text)) is None:
             return [], None
-        else:
-            ctx.usage = (ctx.usage or Usage()) + result.usage
-            offer = standing_offer(st.offer, st.offer_said, asked)
-            noted = sheet.accept(result.text, text, offer, self.requests.today(now))
-        reopened = [k for k in declined(offer, st.facts, text, st.data) if k not in noted]
-        for name in reopened:  # asked for again: the value that failed is not wanted
-            st.facts.pop(name, None)
-        st.facts.update({k: v for k, v in noted.items() if k not in st.data})  # data is fixed
-        self._save(ctx, st)
+        noted, reopened = found
         if not sheet.missing(st.facts):
             args = json.dumps({k: st.facts[k] for k in sheet.properties if k in st.facts},
                               sort_keys=True)
@@ -315,6 +307,35 @@ class PlaybookResponder:
         if question and (noted or entered or reopened):
             return [question.strip()], True
         return [], False
+
+    async def _note(self, ctx: TurnContext, st: PlaybookState, sheet: FactSheet, text: str,
+                    ) -> tuple[dict[str, Any], list[str]] | None:
+        """Note the facts the caller's ``text`` gives and keep those that hold up; returns
+        them and the facts a declined offer reopened (None: the request failed)."""
+        asked = last_asked(ctx, st)
+        now = self._clock()
+        try:
+            result = await self._router.complete(self.requests.note(st, sheet, asked, text, now))
+        except LLMError as exc:
+            log.warning("noting the caller's facts failed: %s", exc)
+            return None
+        ctx.usage = (ctx.usage or Usage()) + result.usage
+        offer = standing_offer(st.offer, st.offer_said, asked)
+        noted = sheet.accept(result.text, text, offer, self.requests.today(now))
+        reopened = [k for k in declined(offer, st.facts, text, st.data) if k not in noted]
+        for name in reopened:  # asked for again: the value that failed is not wanted
+            st.facts.pop(name, None)
+        st.facts.update({k: v for k, v in noted.items() if k not in st.data})  # data is fixed
+        self._save(ctx, st)
+        return noted, reopened
+
+    def _question_first(self, ctx: TurnContext, st: PlaybookState, sheet: FactSheet,
+                        text: str) -> str | None:
+        """The question a turn that enters a collecting stage asks whatever its note finds
+        (``FactSheet.question_before_note``), when no offer stands that a yes would take."""
+        if standing_offer(st.offer, st.offer_said, last_asked(ctx, st)) is not None:
+            return None
+        return sheet.question_before_note(st.facts, text, self.requests.today(self._clock()))
 
     async def _run_call(self, ctx: TurnContext, st: PlaybookState, call: ToolCall,
                         decisions: list[Decision]) -> ToolOutcome:

@@ -179,11 +179,11 @@ def visit_right(visit: tuple[Any, ...], args: dict[str, Any]) -> bool:
     from today), their time (or the one they took instead of a taken one), their name."""
     from datetime import date
 
-    from voice_server.playbook.collect import spoken_day
+    from voice_server.playbook.heard import day_named
 
     day, _, hhmm, name, *taken = visit
     hhmm = taken[0][1] if taken else hhmm
-    return args.get("date") == str(spoken_day(day, date.today())) and \
+    return args.get("date") == str(day_named(day, date.today())) and \
         args.get("time") == hhmm and name.split()[0].lower() in str(args.get("name", "")).lower()
 
 

@@ -42,23 +42,22 @@ import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import date as Date
-from datetime import timedelta
 from typing import Any
 
 from jsonschema import Draft202012Validator
 
 from ..pipeline.readings import ONES, TENS
+from .heard import day_named, time_named
 from .schema import Collect, Tool
 from .tools import FROM_CALLER, public_schema
 
-__all__ = ["NOTE_NAME", "FactSheet", "declined", "sheets", "spoken_day", "standing_offer"]
+__all__ = ["NOTE_NAME", "FactSheet", "declined", "sheets", "standing_offer"]
 
 NOTE_NAME = "note_facts"
 _WORDS = re.compile(r"[^\W_]+")
 _NAMED = {2: "couple", 12: "dozen"}
 _NUMBER_WORDS = frozenset([*ONES, *TENS, *_NAMED.values(),
                            *"hundred thousand half quarter noon midday midnight".split()])
-_WEEKDAYS = "monday tuesday wednesday thursday friday saturday sunday".split()
 _MONTHS = frozenset(Date(2000, month, 1).strftime(form).lower()  # as ``_date_said`` reads them
                    for month in range(1, 13) for form in ("%B", "%b"))
 _FILLER = frozenset("the and for with you your our that this are was were has have had not "
@@ -150,7 +149,7 @@ class FactSheet:
         (10 tokens, ~0.8 s on 2 cores), and the date offered for "Half past 10"."""
         heard = set(_WORDS.findall(said.lower()))
         no_number = not _says_a_number(said, heard)
-        no_date = no_number or not _names_a_date(said) and spoken_day(said, Date.today()) is None
+        no_date = no_number or not _names_a_date(said) and day_named(said, Date.today()) is None
         return frozenset(name for name, schema in self.properties.items()
                          if isinstance(schema, dict) and (no_number and _needs_a_number(schema)
                                                           or no_date and _takes_a_date(schema)))
@@ -162,14 +161,19 @@ class FactSheet:
         day in place of any date noted but a later same weekday that the caller's own date
         words give, and there are none. A date the model writes is ~12 tokens, ~0.9 s of a
         turn on 2 cores (the appointments playbook's "On Monday at ten in the morning,
-        please.": 3.0-3.8 s)."""
+        please.": 3.0-3.8 s). For an HH:MM time, the time it names with its half of the day
+        (``heard.time_named``: "ten in the morning", not "at ten"): ~7 tokens more."""
         out: dict[str, Any] = dict.fromkeys(self.unsayable(said))
-        day = spoken_day(said, today) if today is not None else None
-        if day is None or _names_a_date(said):
-            return out
+        day = day_named(said, today) if today is not None else None
+        at = time_named(said)
         for name, schema in self.properties.items():
-            if name not in out and isinstance(schema, dict) and _takes_a_date(schema):
+            if name in out or not isinstance(schema, dict):
+                continue
+            if day is not None and not _names_a_date(said) and _takes_a_date(schema):
                 out[name] = day.isoformat()
+            elif at is not None and _takes_a_time(schema) and \
+                    _valid(clock := f"{at[0]:02d}:{at[1]:02d}", schema):
+                out[name] = clock
         return out
 
     def note_messages(self, asked: str | None, said: str) -> list[dict[str, Any]]:
@@ -205,7 +209,7 @@ class FactSheet:
         resolves the days the caller names."""
         heard = set(_WORDS.findall(said.lower()))
         out = self._checked(arguments, said, heard)
-        day = spoken_day(said, today) if today is not None else None
+        day = day_named(said, today) if today is not None else None
         for name, schema in self.properties.items():
             if not isinstance(schema, dict) or not _takes_a_date(schema):
                 continue
@@ -235,7 +239,7 @@ class FactSheet:
             value = arguments.get(name)
             if value is None or value == "" or not isinstance(schema, dict):
                 continue
-            if next(Draft202012Validator(public_schema(schema)).iter_errors(value), None):
+            if not _valid(value, schema):
                 continue
             if schema.get(FROM_CALLER) and \
                     not set(_WORDS.findall(str(value).lower())) <= heard:
@@ -327,24 +331,6 @@ def _backed(value: Any, said: str, heard: set[str]) -> bool:
         len(squashed) > 2 and squashed in "".join(_WORDS.findall(said.lower())))
 
 
-def spoken_day(said: str, today: Date) -> Date | None:
-    """The day ``said`` names relative to ``today``: "today", "tomorrow", "the day after
-    tomorrow", a weekday (the next one after today: "Monday" said on a Monday is next week's;
-    of two, the last: "not Monday, Tuesday")."""
-    text = said.lower()
-    words = _WORDS.findall(text)
-    if "after tomorrow" in text:
-        return today + timedelta(days=2)
-    if "tomorrow" in words:
-        return today + timedelta(days=1)
-    if "today" in words:
-        return today
-    for word in reversed(words):
-        if word in _WEEKDAYS:
-            return today + timedelta(days=(_WEEKDAYS.index(word) - today.weekday() - 1) % 7 + 1)
-    return None
-
-
 def _names_a_date(said: str) -> bool:
     """``said`` names a date of the month, not only a day: a month, an ordinal ("the 7th",
     "the seventh"), "the" and a number ("Monday the 7"), or a written date."""
@@ -409,6 +395,17 @@ def _takes_a_date(schema: dict[str, Any]) -> bool:
     return schema.get("format") == "date" or (
         isinstance(pattern, str) and re.search(pattern, "2030-01-07") is not None and
         re.search(pattern, "07:30") is None)
+
+
+def _takes_a_time(schema: dict[str, Any]) -> bool:
+    """An HH:MM time of day: a pattern that a time matches and a date does not."""
+    pattern = schema.get("pattern")
+    return isinstance(pattern, str) and re.search(pattern, "07:30") is not None and \
+        re.search(pattern, "2030-01-07") is None
+
+
+def _valid(value: Any, schema: dict[str, Any]) -> bool:
+    return next(Draft202012Validator(public_schema(schema)).iter_errors(value), None) is None
 
 
 def _agrees(said: str) -> bool:

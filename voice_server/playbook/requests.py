@@ -162,5 +162,5 @@ def today_line(now: float) -> str:
     """The date line of ``globals.today``, after the history and the stage's fixed prompt (so
     those stay cached). Only the day: with the time and the next week's dates as well, the 1.5B
     model lost its voice (it echoed its last question: "And your name, please?"); the days a
-    caller names are worked out in code (``collect.spoken_day``)."""
+    caller names are worked out in code (``heard.day_named``)."""
     return f"Today is {datetime.fromtimestamp(now).astimezone():%A %Y-%m-%d}."

@@ -49,6 +49,8 @@ async def turn(responder, state: dict, text: str) -> tuple[float, float]:
         if first is None:
             first = time.perf_counter()
     end = time.perf_counter()
+    if ctx.after is not None:
+        await ctx.after()
     return ((first or end) - start) * 1000, (end - start) * 1000
 
 

@@ -11,6 +11,7 @@ import pytest
 import websockets
 
 from tests.integration.conftest import Client, ws_url
+from tests.support.fake_openai import Reply
 
 pytestmark = pytest.mark.slow
 
@@ -60,6 +61,37 @@ async def test_playbook_voice_turns_collect_book_and_emit_events(scripted_server
     assert session.state["facts"] == {"name": "Peter", "party_size": 2, "time": "19:00"}
     assert [m["role"] for m in session.history] == [
         "user", "assistant", "user", "assistant", "tool", "assistant"]
+
+
+async def test_a_question_the_note_cannot_change_is_not_kept_waiting(scripted_server, fake_llm,
+                                                                     make_speech):
+    """"Hello, I'd like to book a table. My name is Peter." names no party size, which the
+    booking stage asks first: its question is said at once, and the turn ends with its audio;
+    the note (its reply held 3 s here) runs after it and keeps the name, which the next turn,
+    spoken before that note is done, books with."""
+    fake_llm.add(Reply(text='{"name": "Peter", "time": null, "party_size": null}', delay_s=3),
+                 '{"name": null, "time": "19:00", "party_size": 2}')
+    url = ws_url(scripted_server) + "?playbook=restaurant"
+    async with websockets.connect(url, max_size=None) as ws:
+        client = Client(ws)
+        ready = await client.recv()
+        wav = make_speech("Hello, I would like to book a table. My name is Peter.")
+        await client.send({"type": "audio", "data": base64.b64encode(wav).decode()})
+        first = await client.until("tts-complete", timeout=90)
+        session = await scripted_server.sessions.get(ready["id"])
+        noted_then = dict(session.state["facts"])
+        wav = make_speech("Two people. Seven in the evening, please.")
+        await client.send({"type": "audio", "data": base64.b64encode(wav).decode()})
+        second = await client.until("tts-complete", timeout=90)
+    assert "peter" in first[0]["text"].lower(), first[0]
+    assert next(m for m in first if m["type"] == "llm")["text"] == "For how many people?"
+    assert "tts-cancelled" not in [m["type"] for m in first + second]
+    assert noted_then == {}  # the turn was over before its note
+    start = next((m for m in second if m["type"] == "tool-call-start"), None)
+    assert start is not None, [m for m in second if m["type"] != "tts-chunk"]
+    assert start["name"] == "book_table"
+    assert start["arguments"] == {"name": "Peter", "party_size": 2, "time": "19:00"}
+    assert session.state["stage"] == "confirmation"
 
 
 async def test_the_engine_s_question_is_said_from_the_audio_kept(scripted_server, fake_llm,

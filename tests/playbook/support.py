@@ -41,6 +41,8 @@ class Conversation:
         start = len(self.events)
         ctx = self.context(text)
         reply = "".join([d async for d in self.responder.respond(ctx)]).strip()
+        if ctx.after is not None:  # as the server's Conversation does, after the turn
+            await ctx.after()
         self.history.extend([ctx.user_message, *ctx.pending,
                              *([{"role": "assistant", "content": reply}] if reply else [])])
         return reply, self.events[start:], ctx

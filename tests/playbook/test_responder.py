@@ -311,7 +311,8 @@ async def test_a_question_the_note_cannot_change_is_said_before_the_note(
         fake: FakeOpenAI, router: LLMRouter, monkeypatch: pytest.MonkeyPatch,
         tmp_path: Path) -> None:
     """Entering the appointments' booking stage with no day said: "Which day ...?" comes at
-    once, while the note (here 2 s late) still keeps the visit's reason for the booking."""
+    once and ends the turn; the note (here 2 s late) is left for after it (``ctx.after``),
+    and keeps the visit's reason for the booking."""
     monkeypatch.setenv("VOICE_SERVER_DATA_DIR", str(tmp_path))
     pb = load_playbook(PLAYBOOKS / "appointments.yaml")
     fake.add(Reply(text='{"date": null, "time": null, "name": null, "reason": "check-up"}',
@@ -322,7 +323,14 @@ async def test_a_question_the_note_cannot_change_is_said_before_the_note(
         pieces = responder.respond(ctx)
         first = await asyncio.wait_for(anext(pieces), scaled(1))
         assert first.strip() == pb.stages["scheduling"].collect.ask["date"]
-        assert [p async for p in pieces] == []
-        assert ctx.state["stage"] == "scheduling"
+        rest = asyncio.wait_for(_rest(pieces), scaled(1))
+        assert await rest == []  # the turn is over, the note not yet asked
+        assert ctx.state["stage"] == "scheduling" and fake.requests == []
+        assert ctx.after is not None
+        await ctx.after()  # what the server's Conversation runs after the turn
         assert ctx.state["facts"] == {"reason": "check-up"}
         assert fake.requests[0]["response_format"]["json_schema"]["name"] == "note_facts"
+
+
+async def _rest(pieces: AsyncIterator[str]) -> list[str]:
+    return [p async for p in pieces]

@@ -66,6 +66,10 @@ class TurnContext:
     state: dict[str, Any] = field(default_factory=dict)  # session-persisted (playbook) state
     pending: list[dict[str, Any]] = field(default_factory=list)  # kept even if cancelled
     usage: Usage | None = None
+    # work the answer leaves for after it is heard (a playbook's note of facts that its
+    # question did not wait for): whoever runs the responder awaits it after the turn and
+    # before the next one reads ``state``; the turn itself is over when its audio is
+    after: Callable[[], Awaitable[object]] | None = None
 
 
 class Responder(Protocol):

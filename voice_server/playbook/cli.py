@@ -242,6 +242,8 @@ async def run_chat(playbook: Playbook, router: LLMRouter, lines: AsyncIterator[s
                 failed = True
             if not at_line_start:
                 out.write("\n")
+            if ctx.after is not None:  # the note a question did not wait for
+                await ctx.after()
             answer = "".join(parts).strip()
             history.extend([ctx.user_message, *ctx.pending,
                             *([{"role": "assistant", "content": answer}] if answer else [])])

@@ -237,6 +237,8 @@ async def run_scenario(path: Path, router: LLMRouter, script: Script, *,
             where = f"{path.name} turn {n} ({turn['user']!r})"
             try:
                 reply = "".join([d async for d in responder.respond(ctx)]).strip()
+                if ctx.after is not None:
+                    await ctx.after()
             except LLMError as exc:  # a scripted error the turn does not get over
                 failures.append(f"{where}: the turn failed: {exc}")
                 break

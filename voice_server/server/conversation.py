@@ -101,6 +101,7 @@ class Conversation:
         self._turn_job: asyncio.Task[Any] | None = None  # the job that started ``_turn``
         self._utterance: np.ndarray | None = None  # the spoken utterance ``_job`` answers
         self._cut_by_user: Turn | None = None  # if cut unheard, its utterance leaves no history
+        self._after: asyncio.Task[None] | None = None  # the last turn's ``ctx.after`` work
         self.report_turn_metrics = False  # the client asked for ``turn-metrics`` (extension)
 
     # ---- what transports ask --------------------------------------------------------------
@@ -273,6 +274,8 @@ class Conversation:
         await send(Transcript(text=text, is_final=True))
         if not text.strip():
             return
+        if self._after is not None:  # the last turn's work on the state it leaves
+            await asyncio.wait({self._after})
         ctx = TurnContext(history=session.history, emit=send,
                           user_message=services.user_message(text, attachments),
                           state=session.state)
@@ -295,10 +298,24 @@ class Conversation:
         services.record_turn(record)
         if self.report_turn_metrics:
             await send(_turn_metrics(record))
+        if ctx.after is not None:
+            self._after = asyncio.create_task(self._follow_up(session, ctx.after),
+                                              name=f"after-turn-{session_tag(session.id)}")
+
+    async def _follow_up(self, session: Session, after: Callable[[], Awaitable[object]],
+                         ) -> None:
+        """A turn's ``after`` work, then the session saved again (its state changed)."""
+        try:
+            await after()
+            await self.services.sessions.save(session)
+        except Exception:  # the turn was heard; what it noted after is lost, not the call
+            log.exception("a turn's work after it failed (session %s)", session_tag(session.id))
 
     async def close(self) -> None:
         """Stop any turn and give back what the conversation held."""
         await self.interrupt()
+        if self._after is not None:
+            self._after.cancel()
         self._attachments.clear()
         self.services.input_budget.give_back(self._attachment_bytes)
         self._attachment_bytes = 0

@@ -16,6 +16,12 @@ from tests.support.fake_openai import Reply
 pytestmark = pytest.mark.slow
 
 
+async def _spoken_turn(client: Client, wav: bytes) -> list[dict]:
+    """Say ``wav`` and return the turn's messages, up to its ``tts-complete``."""
+    await client.send({"type": "audio", "data": base64.b64encode(wav).decode()})
+    return await client.until("tts-complete", timeout=90)
+
+
 async def test_playbook_voice_turns_collect_book_and_emit_events(scripted_server, fake_llm,
                                                                  make_speech):
     """Speaking a booking request moves greeting -> booking (keyword); the engine notes the
@@ -29,12 +35,10 @@ async def test_playbook_voice_turns_collect_book_and_emit_events(scripted_server
     async with websockets.connect(url, max_size=None) as ws:
         client = Client(ws)
         ready = await client.recv()
-        wav = make_speech("Can I reserve a table for two people, please?")
-        await client.send({"type": "audio", "data": base64.b64encode(wav).decode()})
-        first = await client.until("tts-complete", timeout=90)
-        wav = make_speech("Seven in the evening, please. My name is Peter.")
-        await client.send({"type": "audio", "data": base64.b64encode(wav).decode()})
-        second = await client.until("tts-complete", timeout=90)
+        first = await _spoken_turn(
+            client, make_speech("Can I reserve a table for two people, please?"))
+        second = await _spoken_turn(
+            client, make_speech("Seven in the evening, please. My name is Peter."))
     heard = first[0]["text"].lower()
     assert "table" in heard or "reserve" in heard, heard
     assert next(m for m in first if m["type"] == "stage-change") == {
@@ -75,14 +79,12 @@ async def test_a_question_the_note_cannot_change_is_not_kept_waiting(scripted_se
     async with websockets.connect(url, max_size=None) as ws:
         client = Client(ws)
         ready = await client.recv()
-        wav = make_speech("Hello, I would like to book a table. My name is Peter.")
-        await client.send({"type": "audio", "data": base64.b64encode(wav).decode()})
-        first = await client.until("tts-complete", timeout=90)
+        first = await _spoken_turn(
+            client, make_speech("Hello, I would like to book a table. My name is Peter."))
         session = await scripted_server.sessions.get(ready["id"])
         noted_then = dict(session.state["facts"])
-        wav = make_speech("Two people. Seven in the evening, please.")
-        await client.send({"type": "audio", "data": base64.b64encode(wav).decode()})
-        second = await client.until("tts-complete", timeout=90)
+        second = await _spoken_turn(
+            client, make_speech("Two people. Seven in the evening, please."))
     assert "peter" in first[0]["text"].lower(), first[0]
     assert next(m for m in first if m["type"] == "llm")["text"] == "For how many people?"
     assert "tts-cancelled" not in [m["type"] for m in first + second]

@@ -296,7 +296,11 @@ async def test_the_pause_after_a_greeting_is_shorter_than_the_turn_waits(smart_t
         finally:
             await stt.aclose()
     verdict = POLICY.judge(smart_turn.complete(first.pcm), heard.text, heard.alternatives)
-    assert verdict.reason == "greeting", (heard, verdict)
+    # Piper says it a little differently each time: mostly the voice sounds done and the
+    # greeting rule makes the turn wait; once (a CI run) it sounded unsure (0.38, "Hello?")
+    # and that waits as long
+    sure = verdict.probability is not None and verdict.probability >= POLICY.complete_from
+    assert verdict.reason == ("greeting" if sure else "unsure"), (heard, verdict)
     assert 150 < pause_ms < verdict.wait_ms, (pause_ms, verdict)
 
 

@@ -94,6 +94,9 @@ def test_the_bundled_model_prefers_the_sentence_people_say():
         assert SHEEP[pick(SHEEP, scorer, weight=0.2, margin=0.2)][0].endswith("baby sheep?")
         assert pick(PARIS, scorer, weight=0.2, margin=0.2) == 0  # a clear best stays
         assert scorer("What is the capital of France?") > scorer("What is the capital done?")
+        # the first word is scored too: SmolLM2 adds no BOS of its own
+        assert scorer("A table for four people at 8 o'clock tonight, please.") > \
+            scorer("I table for four people at 8 o'clock tonight, please.")
     finally:
         scorer.close()
 

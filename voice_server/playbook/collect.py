@@ -47,14 +47,13 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from ..pipeline.readings import ONES, TENS
-from .heard import day_named, time_named
+from .heard import WORDS, WRITTEN_DATE, day_named, time_named
 from .schema import Collect, Tool
 from .tools import FROM_CALLER, public_schema
 
 __all__ = ["NOTE_NAME", "FactSheet", "declined", "sheets", "standing_offer"]
 
 NOTE_NAME = "note_facts"
-_WORDS = re.compile(r"[^\W_]+")
 _NAMED = {2: "couple", 12: "dozen"}
 _NUMBER_WORDS = frozenset([*ONES, *TENS, *_NAMED.values(),
                            *"hundred thousand half quarter noon midday midnight".split()])
@@ -68,7 +67,6 @@ _REFUSE = frozenset("no nope not don't doesn't won't can't cannot isn't rather i
                     "but".split())
 _WORDS_OF_TALK = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
 _CLOCK = re.compile(r"^([01]?\d|2[0-3]):([0-5]\d)$")  # a time of day, H:MM or HH:MM
-_DATE = re.compile(r"\d{4}-\d{1,2}-\d{1,2}|\d{1,2}/\d{1,2}/\d{2,4}")
 _ORDINAL_WORDS = frozenset(
     "first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth "
     "thirteenth fourteenth fifteenth sixteenth seventeenth eighteenth nineteenth twentieth "
@@ -106,14 +104,13 @@ class FactSheet:
         missing = self.missing(facts)
         return self.collect.ask.get(missing[0]) if missing else None
 
-    def question_before_note(self, facts: dict[str, Any], said: str,
-                             today: Date | None = None) -> str | None:
+    def question_before_note(self, facts: dict[str, Any], said: str) -> str | None:
         """The question for the first missing argument when ``said`` cannot give it
-        (``given``: None), so it stays the first missing whatever the note finds: "Hello,
-        I'd like to book a check-up" is asked for a day before the note is read. None
+        (``unsayable``), so it stays the first missing whatever the note finds: "Hello, I'd
+        like to book a check-up" is asked for a day before the note is read. None
         otherwise."""
         missing = self.missing(facts)
-        if not missing or self.given(said, today).get(missing[0], "") is not None:
+        if not missing or missing[0] not in self.unsayable(said):
             return None
         return self.collect.ask.get(missing[0])
 
@@ -147,7 +144,7 @@ class FactSheet:
         ("for two at 7.30" and "Half past 10" give none). The note's format allows them only
         null, so the model writes none of them: the 1.5B model wrote today's date for "Hello"
         (10 tokens, ~0.8 s on 2 cores), and the date offered for "Half past 10"."""
-        heard = set(_WORDS.findall(said.lower()))
+        heard = set(WORDS.findall(said.lower()))
         no_number = not _says_a_number(said, heard)
         no_date = no_number or not _names_a_date(said) and day_named(said, Date.today()) is None
         return frozenset(name for name, schema in self.properties.items()
@@ -207,7 +204,7 @@ class FactSheet:
         """The noted values that hold up (see the module docstring, step 2); ``offer``: the
         values the agent's last message offered (a tool's), which a yes takes; ``today``
         resolves the days the caller names."""
-        heard = set(_WORDS.findall(said.lower()))
+        heard = set(WORDS.findall(said.lower()))
         out = self._checked(arguments, said, heard)
         day = day_named(said, today) if today is not None else None
         for name, schema in self.properties.items():
@@ -242,7 +239,7 @@ class FactSheet:
             if not _valid(value, schema):
                 continue
             if schema.get(FROM_CALLER) and \
-                    not set(_WORDS.findall(str(value).lower())) <= heard:
+                    not set(WORDS.findall(str(value).lower())) <= heard:
                 continue  # never offered: a name is the caller's
             if checked and not _backed(value, said, heard):
                 continue
@@ -318,25 +315,25 @@ def _backed(value: Any, said: str, heard: set[str]) -> bool:
     if isinstance(value, int) and not isinstance(value, bool):
         return _says_integer(value, said, heard)
     if isinstance(value, str) and (clock := _CLOCK.match(value)):
-        said = _DATE.sub(" ", said)  # "2029-12-31 at 10:00": not a time 20:29
+        said = WRITTEN_DATE.sub(" ", said)  # "2029-12-31 at 10:00": not a time 20:29
         return _says_hour(int(clock.group(1)), said, heard) and \
             _says_minutes(int(clock.group(2)), said, heard)
     if _numeric(value):
         return _says_a_number(said, heard)
     if not isinstance(value, str):
         return True
-    words = _WORDS.findall(value.lower())
+    words = WORDS.findall(value.lower())
     squashed = "".join(words)
     return bool({w for w in words if len(w) > 2} & heard - _FILLER) or (
-        len(squashed) > 2 and squashed in "".join(_WORDS.findall(said.lower())))
+        len(squashed) > 2 and squashed in "".join(WORDS.findall(said.lower())))
 
 
 def _names_a_date(said: str) -> bool:
     """``said`` names a date of the month, not only a day: a month, an ordinal ("the 7th",
     "the seventh"), "the" and a number ("Monday the 7"), or a written date."""
     text = said.lower()
-    return bool(set(_WORDS.findall(text)) & (_MONTHS | _ORDINAL_WORDS)
-                or _DAY_OF_MONTH.search(text) or _DATE.search(text))
+    return bool(set(WORDS.findall(text)) & (_MONTHS | _ORDINAL_WORDS)
+                or _DAY_OF_MONTH.search(text) or WRITTEN_DATE.search(text))
 
 
 def _same_weekday_said(noted: Any, day: Date, said: str, heard: set[str]) -> bool:

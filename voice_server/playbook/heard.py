@@ -16,11 +16,11 @@ from datetime import timedelta
 
 from ..pipeline.readings import ONES, TENS
 
-__all__ = ["day_named", "time_named"]
+__all__ = ["WORDS", "WRITTEN_DATE", "day_named", "time_named"]
 
-_WORDS = re.compile(r"[^\W_]+")
+WORDS = re.compile(r"[^\W_]+")  # a message's words, as collect.py reads them too
 _WEEKDAYS = "monday tuesday wednesday thursday friday saturday sunday".split()
-_DATE = re.compile(r"\d{4}-\d{1,2}-\d{1,2}|\d{1,2}/\d{1,2}/\d{2,4}")
+WRITTEN_DATE = re.compile(r"\d{4}-\d{1,2}-\d{1,2}|\d{1,2}/\d{1,2}/\d{2,4}")
 # a time's words: "7:30", "7.30", digits, words ("o'clock" as one)
 _TOKENS = re.compile(r"\d{1,2}[:.]\d{2}(?!\d)|\d+|[a-z]+(?:'[a-z]+)?")
 _CLOCK_WORDS = frozenset([*ONES, *TENS, "o'clock"])
@@ -33,7 +33,7 @@ def day_named(said: str, today: Date) -> Date | None:
     tomorrow", a weekday (the next one after today: "Monday" said on a Monday is next week's;
     of two, the last: "not Monday, Tuesday")."""
     text = said.lower()
-    words = _WORDS.findall(text)
+    words = WORDS.findall(text)
     if "after tomorrow" in text:
         return today + timedelta(days=2)
     if "tomorrow" in words:
@@ -57,7 +57,7 @@ def time_named(said: str) -> tuple[int, int] | None:
     minutes, "o'clock", "am"/"pm", "tonight" or "in the morning" after it, or "half past"
     before it; after "for", only minutes, "o'clock" or "am"/"pm" ("a table for four in the
     evening" names no time)."""
-    text = _DATE.sub(" ", said.lower().replace("a.m.", "am").replace("p.m.", "pm"))
+    text = WRITTEN_DATE.sub(" ", said.lower().replace("a.m.", "am").replace("p.m.", "pm"))
     words = _TOKENS.findall(text)
     times = {hhmm for i in range(len(words)) if (hhmm := _time_at(words, i)) is not None}
     times |= {(12, 0) for w in ("noon", "midday") if w in words}

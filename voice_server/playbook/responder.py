@@ -337,7 +337,7 @@ class PlaybookResponder:
         (``FactSheet.question_before_note``), when no offer stands that a yes would take."""
         if standing_offer(st.offer, st.offer_said, last_asked(ctx, st)) is not None:
             return None
-        return sheet.question_before_note(st.facts, text, self.requests.today(self._clock()))
+        return sheet.question_before_note(st.facts, text)
 
     async def _run_call(self, ctx: TurnContext, st: PlaybookState, call: ToolCall,
                         decisions: list[Decision]) -> ToolOutcome:

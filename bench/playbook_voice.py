@@ -4,7 +4,9 @@ What a caller of a booking agent waits for: from the end of each thing they say 
 first audible answer, measured from the audio alone by a real aiortc peer (bench/_peers.py, as
 in bench/voice_latency.py). The callers and their lines are the quality benchmark's
 (``_spoken_calls.CALLERS`` for the restaurant, ``VISITS`` with ``--playbook appointments``:
-the last one asks for a taken slot), said in our Piper voice; a call ends when the playbook
+the last one asks for a taken slot; ``SUPPORT_CALLS`` with ``--playbook support``: a line
+check, two tickets and a transfer, right when the tool the call needs got the caller's account
+and category), said in our Piper voice; a call ends when the playbook
 reaches its last stage (or its lines run out). Each variant's server keeps its calendar in an
 empty data folder of its own. Each variant runs the server in its own process
 (``--variant NAME=SETTINGS_JSON``, e.g. ``off='{"llm_prefill": false}'``); variants alternate
@@ -37,8 +39,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._spoken_calls import (  # noqa: E402
     CALLERS,
+    SUPPORT_CALLS,
     VISITS,
     caller_lines,
+    support_lines,
     table_right,
     visit_lines,
     visit_right,
@@ -49,10 +53,12 @@ from bench.voice_latency import save, speech48k, stats, strip_private  # noqa: E
 LOOPBACK = {"ice_host_addresses": "127.0.0.1", "ice_candidate_allow": "127.0.0.1"}
 
 
-PLAYBOOKS = {  # callers, their lines, the stage a booking reaches, its tool, a right booking,
-    # where a caller's name is
-    "restaurant": (CALLERS, caller_lines, "confirmation", "book_table", table_right, 4),
-    "appointments": (VISITS, visit_lines, "done", "book_appointment", visit_right, 3),
+PLAYBOOKS = {  # callers, their lines, the stage a call ends in, the tool it must call, whether
+    # that call's arguments are right, where a caller's name is
+    "restaurant": (CALLERS, caller_lines, "confirmation", lambda _: "book_table", table_right, 4),
+    "appointments": (VISITS, visit_lines, "done", lambda _: "book_appointment", visit_right, 3),
+    "support": (SUPPORT_CALLS, support_lines, "closing", lambda call: call[2],
+                lambda call, args: all(args.get(k) == v for k, v in call[3].items()), 0),
 }
 
 
@@ -61,7 +67,8 @@ async def call(system: System, playbook: str, caller: tuple[Any, ...],
     """One caller's booking: the greeting heard out, then each line, until the booking."""
     from bench._peers import RtcClient, turn, turn_end
 
-    _, lines_of, last_stage, tool, right, name_at = PLAYBOOKS[playbook]
+    _, lines_of, last_stage, tool_of, right, name_at = PLAYBOOKS[playbook]
+    tool = tool_of(caller)
     async with RtcClient(system.url + f"?playbook={playbook}") as client:
         await asyncio.wait_for(client.negotiate(), 60)
         await turn_end(client, time.monotonic() - 1)  # the playbook's greeting

@@ -1,14 +1,15 @@
-"""The time of day a caller names, worked out in code (``playbook/heard.py``), and given to
-the note of the stage that collects it (``FactSheet.given``)."""
+"""The time of day and the digits a caller names, worked out in code (``playbook/heard.py``),
+and given to the note of the stage that collects them (``FactSheet.given``)."""
 
 from __future__ import annotations
 
+import json
 from datetime import date
 
 import pytest
 
 from voice_server.playbook import Engine, load_playbook
-from voice_server.playbook.heard import time_named
+from voice_server.playbook.heard import digits_said, time_named
 
 from .conftest import PLAYBOOKS
 
@@ -64,3 +65,37 @@ def test_the_day_and_the_time_said_are_given_to_the_note() -> None:
     props = sheet.note_format(sheet.given("At 2.30 in the afternoon.", friday)
                               )["json_schema"]["schema"]["properties"]
     assert props["time"] == {"enum": ["14:30"]} and props["date"] == {"type": "null"}
+
+
+@pytest.mark.parametrize(("said", "runs"), [
+    # as Whisper wrote the support benchmark's callers
+    ("My account number is 8 7 6 5 4 3 2 1.", ["87654321"]),
+    ("My count numbers 1 2 3 4 5 6 7 8", ["12345678"]),
+    ("It's 1 2 3 4 5 6 7 8.", ["12345678"]),
+    ("Account number eight seven six five, four three two one.", ["87654321"]),
+    ("It's 1234-5678, not 9.", ["12345678", "9"]),
+    ("My account is 12345678 and I have 2 routers.", ["12345678", "2"]),
+    ("Someone said twenty, or twelve.", []),  # not digits said one by one
+    ("Oh, I don't know it.", []),
+])
+def test_the_digits_said_are_read_run_by_run(said: str, runs: list[str]) -> None:
+    assert digits_said(said) == runs
+
+
+def test_the_digits_said_are_given_to_the_note_when_one_run_fits() -> None:
+    """The support playbook's account number (``pattern: ^[0-9]{8}$``), said digit by digit:
+    read with the note's keys, not written a digit a step; and what the check keeps."""
+    sheet = Engine(load_playbook(PLAYBOOKS / "support.yaml")).sheets["line_check"]
+    said = "My account number is 8 7 6 5 4 3 2 1."
+    assert sheet.given(said) == {"account": "87654321"}
+    assert sheet.accept(json.dumps(sheet.given(said)), said, None) == {"account": "87654321"}
+    assert sheet.given("It's 1234 5678, and the router is 2 years old.") == \
+        {"account": "12345678"}
+    # no run that fits, or two: the model notes it (or null)
+    assert sheet.given("It is 1 2 3 4, I think.") == {}
+    assert sheet.given("Either 12345678 or 87654321.") == {}
+    # a text without a pattern of digits (a name, a summary) is never given digits
+    ticket = Engine(load_playbook(PLAYBOOKS / "support.yaml")).sheets["ticket"]
+    assert "summary" not in ticket.given("It drops 12345678 times.")
+    visit = Engine(load_playbook(PLAYBOOKS / "appointments.yaml")).sheets["scheduling"]
+    assert "name" not in visit.given("My name is 12 34 56 78.")

@@ -47,7 +47,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from ..pipeline.readings import ONES, TENS
-from .heard import WORDS, WRITTEN_DATE, day_named, time_named
+from .heard import WORDS, WRITTEN_DATE, day_named, digits_said, time_named
 from .schema import Collect, Tool
 from .tools import FROM_CALLER, public_schema
 
@@ -159,10 +159,13 @@ class FactSheet:
         words give, and there are none. A date the model writes is ~12 tokens, ~0.9 s of a
         turn on 2 cores (the appointments playbook's "On Monday at ten in the morning,
         please.": 3.0-3.8 s). For an HH:MM time, the time it names with its half of the day
-        (``heard.time_named``: "ten in the morning", not "at ten"): ~7 tokens more."""
+        (``heard.time_named``: "ten in the morning", not "at ten"): ~7 tokens more. For a
+        text of digits (a pattern that takes them, not letters: an account number), the one
+        run of digits said that fits it ("8 7 6 5 4 3 2 1"): one step a digit."""
         out: dict[str, Any] = dict.fromkeys(self.unsayable(said))
         day = day_named(said, today) if today is not None else None
         at = time_named(said)
+        runs = digits_said(said)
         for name, schema in self.properties.items():
             if name in out or not isinstance(schema, dict):
                 continue
@@ -171,6 +174,8 @@ class FactSheet:
             elif at is not None and _takes_a_time(schema) and \
                     _valid(clock := f"{at[0]:02d}:{at[1]:02d}", schema):
                 out[name] = clock
+            elif len(fits := {run for run in runs if _takes_digits(schema, run)}) == 1:
+                out[name] = fits.pop()
         return out
 
     def note_messages(self, asked: str | None, said: str) -> list[dict[str, Any]]:
@@ -399,6 +404,12 @@ def _takes_a_time(schema: dict[str, Any]) -> bool:
     pattern = schema.get("pattern")
     return isinstance(pattern, str) and re.search(pattern, "07:30") is not None and \
         re.search(pattern, "2030-01-07") is None
+
+
+def _takes_digits(schema: dict[str, Any], digits: str) -> bool:
+    """A text of ``digits``' kind: its pattern takes them and not letters in their place."""
+    return isinstance(schema.get("pattern"), str) and _valid(digits, schema) and \
+        not _valid(re.sub(r"\d", "a", digits), schema)
 
 
 def _valid(value: Any, schema: dict[str, Any]) -> bool:

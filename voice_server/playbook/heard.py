@@ -1,9 +1,10 @@
-"""The day and the time of day a caller names, worked out in code (pure).
+"""The day, the time of day and the digits a caller names, worked out in code (pure).
 
 A collecting stage (``collect.py``) gives such a value to the note before the model reads it
 (``FactSheet.given``): a small model writes a wrong date for "Monday" even with the week's
 dates in front of it, and a date or a time it writes costs ~7-12 steps (~0.5-0.9 s on 2
-cores) that a value read with the note's keys does not. Only what the words settle is worked
+cores) that a value read with the note's keys does not; an account number said digit by digit
+is one step a digit. Only what the words settle is worked
 out here; anything else ("at seven": morning or evening?) is left to the model, which has the
 playbook's description of its hours.
 """
@@ -16,7 +17,7 @@ from datetime import timedelta
 
 from ..pipeline.readings import ONES, TENS
 
-__all__ = ["WORDS", "WRITTEN_DATE", "day_named", "time_named"]
+__all__ = ["WORDS", "WRITTEN_DATE", "day_named", "digits_said", "time_named"]
 
 WORDS = re.compile(r"[^\W_]+")  # a message's words, as collect.py reads them too
 _WEEKDAYS = "monday tuesday wednesday thursday friday saturday sunday".split()
@@ -26,6 +27,9 @@ _TOKENS = re.compile(r"\d{1,2}[:.]\d{2}(?!\d)|\d+|[a-z]+(?:'[a-z]+)?")
 _CLOCK_WORDS = frozenset([*ONES, *TENS, "o'clock"])
 _PARTS_OF_DAY = {"morning": "am", "afternoon": "pm", "evening": "pm"}
 _QUARTERS = {"half": 30, "quarter": 15}
+_DIGIT = r"(?:\d+|" + "|".join(ONES[:10]) + ")"
+# digits said one after another: "8 7 6 5, 4 3 2 1", "8765-4321", "eight seven six five"
+_DIGIT_RUN = re.compile(rf"\b{_DIGIT}(?:[\s,.-]+{_DIGIT})*\b")
 
 
 def day_named(said: str, today: Date) -> Date | None:
@@ -44,6 +48,15 @@ def day_named(said: str, today: Date) -> Date | None:
         if word in _WEEKDAYS:
             return today + timedelta(days=(_WEEKDAYS.index(word) - today.weekday() - 1) % 7 + 1)
     return None
+
+
+def digits_said(said: str) -> list[str]:
+    """Each run of digits ``said`` holds, its digits joined: "My account number is 8 7 6 5 4
+    3 2 1." -> ["87654321"]; "eight seven six five, four three two one" -> ["87654321"];
+    "It's 1234 5678, not 9" -> ["12345678", "9"]. Digits only: "twelve" or "oh" are not
+    one (a number word of two digits, an interjection)."""
+    return ["".join(d if d.isdigit() else str(ONES.index(d)) for d in re.findall(_DIGIT, run))
+            for run in _DIGIT_RUN.findall(said.lower())]
 
 
 def time_named(said: str) -> tuple[int, int] | None:

@@ -78,16 +78,23 @@ async def call(system: System, playbook: str, caller: tuple[Any, ...],
             turns.append({"line": line, "v2v_ms": result["v2v_ms"]})
             print(f"#   {system.name} {caller[name_at]}: {line!r} {result['v2v_ms']} ms",
                   file=sys.stderr, flush=True)
-            if any(m.get("type") == "stage-change" and m.get("to") == last_stage
-                   for m in client.messages()):
+            if reached(client, last_stage):
                 break
+        with contextlib.suppress(TimeoutError):  # a reply may go on after a pause of more
+            while not reached(client, last_stage):  # than QUIET_S ("One moment, please.")
+                await client.wait_for("stage-change", timeout=15,
+                                      count=len(client.messages("stage-change")) + 1)
         booked = [json.loads(m["arguments"]) if isinstance(m.get("arguments"), str)
                   else m.get("arguments") for m in client.messages("tool-call-start")
                   if m.get("name") == tool]
-        done = any(m.get("type") == "stage-change" and m.get("to") == last_stage
-                   for m in client.messages())
+        done = reached(client, last_stage)
     return {"caller": caller[name_at], "booked": done,
             "right": done and right(caller, booked[-1] if booked else {}), "turns": turns}
+
+
+def reached(client: Any, stage: str) -> bool:
+    return any(m.get("type") == "stage-change" and m.get("to") == stage
+               for m in client.messages())
 
 
 def summary(calls: list[dict[str, Any]], records: list[dict[str, Any]]) -> dict[str, Any]:

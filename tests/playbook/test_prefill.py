@@ -9,9 +9,12 @@ import time
 
 import pytest
 
+from tests.support.fake_openai import Reply
 from voice_server.llm import ChatRequest, LLMRouter
 from voice_server.llm.local import LocalLlamaProvider
 from voice_server.playbook import PlaybookResponder, load_playbook, load_playbook_text
+from voice_server.playbook.collect import NOTE_NAME
+from voice_server.playbook.requests import INTENT_TOOL
 
 from .conftest import PLAYBOOKS, scaled
 from .support import Conversation
@@ -38,8 +41,10 @@ async def test_a_note_of_the_caller_s_facts_is_read_up_to_their_words(fake, reco
     async with PlaybookResponder(load_playbook(PLAYBOOKS / "restaurant.yaml"),
                                  recording) as pb:
         call = Conversation(pb)
-        await pb.prefill(call.context(""))  # greeting: an intent is asked first
-        assert recording.warmed == []
+        await pb.prefill(call.context(""))  # greeting: an intent is asked first, and the
+        [(greeting, _)] = recording.warmed  # booking's note may follow it
+        assert greeting.response_format["json_schema"]["name"] == NOTE_NAME
+        recording.warmed.clear()
         await call.turn("I'd like to book a table.")  # booking (a keyword), asks the party
         sent = len(fake.requests)
         await pb.prefill(call.context("For two"))
@@ -65,6 +70,46 @@ async def test_words_that_fire_a_transition_read_the_next_stage_s_request(fake, 
         assert ahead.response_format is not None  # the booking stage's note of facts
         assert ahead.messages[-2] == {"role": "assistant", "content": "Luigi's, hello."}
         assert call.state == {}  # the session's state is untouched
+
+
+async def test_behind_an_intent_check_the_notes_it_may_lead_to_are_read(fake, recording
+                                                                       ) -> None:
+    """The support playbook's ``advice`` stage asks an intent first ("ticket" or "done"): the
+    note of the ``ticket`` stage, which follows the intent "ticket", is read ahead with the
+    agent's last answer as its question (the intent check itself reads little more than the
+    words), and so is the answer of the wrap-up, which "done" enters with the history
+    cleared."""
+    async with PlaybookResponder(load_playbook(PLAYBOOKS / "support.yaml"), recording) as pb:
+        advice = "Your line looks fine. Restart your router and tell me whether that helped."
+        call = Conversation(pb, history=[{"role": "user", "content": "It's 1 2 3 4 5 6 7 8."},
+                                         {"role": "assistant", "content": advice}],
+                            state={"playbook": "support", "stage": "advice", "data": {
+                                "account": "12345678", "category": "outage"}})
+        await pb.prefill(call.context("I restarted"))
+        assert not any(save for _, save in recording.warmed) and fake.requests == []
+        [ahead, closing] = sorted((r for r, _ in recording.warmed),
+                                  key=lambda r: r.response_format is None)
+        assert ahead.response_format["json_schema"]["name"] == NOTE_NAME
+        assert [m["role"] for m in closing.messages] == ["system", "system", "user"]
+        assert ahead.messages[-2:] == [{"role": "assistant", "content": advice},
+                                       {"role": "user", "content": "I restarted"}]
+        assert call.state["stage"] == "advice"  # the session's state is untouched
+        fake.add(Reply(tool_calls=[{"name": INTENT_TOOL, "arguments": {"intent": "ticket"}}]),
+                 '{"account": null, "category": null, "summary": "still slow"}')
+        reply, _, _ = await call.turn("I restarted the router and it is still slow.")
+        intent, note = fake.requests[:2]
+        assert intent["tool_choice"]["function"]["name"] == INTENT_TOOL
+        assert note["messages"][:-1] == ahead.messages[:-1]
+        assert reply.startswith("I'll open a ticket for you. Your ticket number is")
+        # "done" instead: the wrap-up's answer is the one read ahead
+        sent = len(fake.requests)
+        call = Conversation(pb, history=call.history[:2], state={
+            "playbook": "support", "stage": "advice",
+            "data": {"account": "12345678", "category": "outage"}})
+        fake.add(Reply(tool_calls=[{"name": INTENT_TOOL, "arguments": {"intent": "done"}}]),
+                 "You're welcome. Goodbye!")
+        await call.turn("I restarted it and it works now, thanks.")
+        assert fake.requests[sent + 1]["messages"][:-1] == closing.messages[:-1]
 
 
 SHOP = """\
@@ -135,8 +180,8 @@ async def test_the_embedded_model_then_reads_only_the_caller_s_words() -> None:
             call = Conversation(pb, history=[{"role": "user", "content": "Four of us."},
                                              {"role": "assistant", "content": asked}])
             await pb.prefill(call.context(""))
-            note = pb.requests.first(call.context("It's Anna."), time.time())
-            assert note is not None and note.response_format is not None
+            [note] = pb.requests.first(call.context("It's Anna."), time.time())
+            assert note.response_format is not None
             usage = (await router.complete(note)).usage
             read = usage.input_tokens - usage.cached_tokens
             assert read < 20, usage

@@ -105,25 +105,43 @@ class StageRequests:
         return datetime.fromtimestamp(now).astimezone().date() \
             if self.playbook.globals.today else None
 
-    def first(self, ctx: TurnContext, now: float) -> ChatRequest | None:
-        """The request the turn of ``ctx`` would start with, its user message the words heard
-        so far: the note in a stage with ``collect``, else the stage's answer, in the stage a
-        transition the words fire leads to (a keyword: "... book a table"); None when an
-        intent is to be asked first (a few tokens after its saved prompt, not worth reading
-        ahead).
+    def first(self, ctx: TurnContext, now: float) -> list[ChatRequest]:
+        """The requests worth reading ahead for the turn of ``ctx``, their user message the
+        words heard so far: the turn's first, the note in a stage with ``collect``, else the
+        stage's answer, in the stage a transition the words fire leads to (a keyword: "...
+        book a table"). Where an intent is asked first, the requests that may follow it: the
+        notes of the stages with ``collect`` its intents lead to (the support playbook's "I
+        restarted the router and it is still slow." -> ``ticket``), and the answers of those
+        whose transition clears the history (-> ``closing``: the stage's prompt, what the
+        session knows, the words); the intent check itself reads little more than the words
+        after its saved prompt, and such a note the agent's question too. Not an answer with
+        the history: read while the caller spoke, that took the cores from the pause (the
+        thirty-sixth session, docs/performance.md).
 
         Why: a typed booking note read ~20-35 tokens after the stage's saved prompt, 0.4-0.6 s
         of its 1.3-1.7 s (1.5B model, 2 cores); the agent's question and the message's opening,
-        about half of them, are known before the caller's first word."""
-        st = self.engine.restore(ctx.state, now)
+        about half of them, are known before the caller's first word. The ticket's note after
+        the intent check read ~60 tokens, ~40 of them the agent's last answer."""
         text = message_text(ctx.user_message)
-        if self.engine.needs_intent(st, text, now):
-            return None
-        decision = self.engine.start_turn(st, text, now)  # on a copy: where the words lead
+        st = self.engine.restore(ctx.state, now)
+        if intents := self.engine.needs_intent(st, text, now):
+            return [request for intent in intents
+                    if (request := self._led_to(ctx, text, now, intent, short=True))]
+        request = self._led_to(ctx, text, now, None, short=False)
+        return [request] if request is not None else []
+
+    def _led_to(self, ctx: TurnContext, text: str, now: float, intent: str | None, *,
+                short: bool) -> ChatRequest | None:
+        """The first request of the stage the turn leads to, given ``intent`` (on a copy of
+        the session's state); ``short``: only a note, or an answer without history."""
+        st = self.engine.restore(ctx.state, now)
+        decision = self.engine.start_turn(st, text, now, intent)
         if decision is not None and decision.clear_history:
             st.history_from = len(ctx.history)
         if (sheet := self.engine.sheets.get(st.stage)) is not None:
             return self.note(st, sheet, last_asked(ctx, st), text, now)
+        if short and not (decision is not None and decision.clear_history):
+            return None
         history = llm_messages(ctx.history[st.history_from:], self.history)
         return self.answer(self.engine.plan(st, first_round=True), history,
                            [ctx.user_message], [], now, final=False)

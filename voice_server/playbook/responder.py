@@ -21,7 +21,8 @@ One call of ``respond(ctx)`` is one user turn:
    tools so it must answer), the answer has streamed and the turn ends.
 
 The requests the model gets are built in ``requests.py`` (``StageRequests``); while the caller
-speaks, ``prefill`` has the embedded model read the turn's first one up to their words.
+speaks, ``prefill`` has the embedded model read the turn's first one up to their words (or,
+behind an intent check, the notes it may lead to).
 
 Spec: "Playbook Mode Events" (``tool-call-start``, ``tool-call-end``, ``stage-change``).
 
@@ -162,11 +163,15 @@ class PlaybookResponder:
 
     # -- one turn ------------------------------------------------------------------------
     async def prefill(self, ctx: TurnContext) -> None:
-        """Have the embedded model read ahead the prompt of the turn's first request, up to
-        the words heard so far (``StageRequests.first``, ``LLMRouter.warm``)."""
-        if (request := self.requests.first(ctx, self._clock())) is not None:
+        """Have the embedded model read ahead the prompts of the turn's first request, or of
+        the notes that may follow its intent check, up to the words heard so far
+        (``StageRequests.first``, ``LLMRouter.warm``)."""
+
+        async def read(request: ChatRequest) -> None:
             with contextlib.suppress(LLMError):
                 await self._router.warm(request, save=False)
+
+        await asyncio.gather(*map(read, self.requests.first(ctx, self._clock())))
 
     def warm_requests(self) -> list[ChatRequest]:
         """A request of each kind a stage makes (``StageRequests.warm``: server/warm.py)."""

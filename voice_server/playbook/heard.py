@@ -4,9 +4,9 @@ A collecting stage (``collect.py``) gives such a value to the note before the mo
 (``FactSheet.given``): a small model writes a wrong date for "Monday" even with the week's
 dates in front of it, and a date or a time it writes costs ~7-12 steps (~0.5-0.9 s on 2
 cores) that a value read with the note's keys does not; an account number said digit by digit
-is one step a digit. Only what the words settle is worked
-out here; anything else ("at seven": morning or evening?) is left to the model, which has the
-playbook's description of its hours.
+is one step a digit. Only what the words settle is worked out here; anything else ("at
+seven": morning or evening?) is left to the model, which has the playbook's description of
+its hours.
 """
 
 from __future__ import annotations

@@ -107,7 +107,7 @@ class StageRequests:
 
     def first(self, ctx: TurnContext, now: float) -> list[ChatRequest]:
         """The requests worth reading ahead for the turn of ``ctx``, their user message the
-        words heard so far: the turn's first, the note in a stage with ``collect``, else the
+        words heard so far. The turn's first: the note in a stage with ``collect``, else the
         stage's answer, in the stage a transition the words fire leads to (a keyword: "...
         book a table"). Where an intent is asked first, the requests that may follow it: the
         notes of the stages with ``collect`` its intents lead to (the support playbook's "I

@@ -224,13 +224,16 @@ def support_lines(call: tuple[Any, ...]) -> list[str]:
     return list(call[1])
 
 
+def support_right(call: tuple[Any, ...], args: dict[str, Any]) -> bool:
+    """The call's tool got the arguments it needs (its account, its category)."""
+    return all(args.get(k) == v for k, v in call[3].items())
+
+
 async def support_run(url: str, call: tuple[Any, ...], wavs: dict[str, bytes]) -> dict[str, Any]:
     """One support call; right: the call reached the wrap-up (``closing``) with its tool
-    called with the arguments it needs."""
-    kind, lines, tool, wanted = call
+    called with the arguments it needs (``support_right``)."""
+    kind, lines, tool, _ = call
     done = await spoken_booking(url, "support", lines, wavs, "closing", tool)
-    args = done["args"]
     return {"caller": kind, "booked": done["booked"],
-            "right": done["booked"] and done["reached"]
-            and all(args.get(k) == v for k, v in wanted.items()),
+            "right": done["booked"] and done["reached"] and support_right(call, done["args"]),
             **done["report"]}

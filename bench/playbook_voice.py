@@ -43,6 +43,7 @@ from bench._spoken_calls import (  # noqa: E402
     VISITS,
     caller_lines,
     support_lines,
+    support_right,
     table_right,
     visit_lines,
     visit_right,
@@ -57,8 +58,8 @@ PLAYBOOKS = {  # callers, their lines, the stage a call ends in, the tool it mus
     # that call's arguments are right, where a caller's name is
     "restaurant": (CALLERS, caller_lines, "confirmation", lambda _: "book_table", table_right, 4),
     "appointments": (VISITS, visit_lines, "done", lambda _: "book_appointment", visit_right, 3),
-    "support": (SUPPORT_CALLS, support_lines, "closing", lambda call: call[2],
-                lambda call, args: all(args.get(k) == v for k, v in call[3].items()), 0),
+    "support": (SUPPORT_CALLS, support_lines, "closing", lambda call: call[2], support_right,
+                0),
 }
 
 

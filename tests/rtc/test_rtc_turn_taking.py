@@ -83,6 +83,28 @@ async def test_a_finished_question_ends_its_turn_quickly(url, rtc_llm, make_spee
         assert client.messages("llm")[0]["text"] == "Seven."
 
 
+async def test_a_caller_who_signs_off_is_not_kept_waiting(url, rtc_llm, piper_speech):
+    """"Thank you, that's all." in our Piper voice: the turn model hears more coming (0.009)
+    and the words' language model expects more after "that's all"; the sign-off ends the
+    turn after the commit silence, not the 1.6 s an unfinished turn waits (end_of_turn.py,
+    "sign-off")."""
+    rtc_llm.script.clear()
+    rtc_llm.add("You're welcome, goodbye.", "Goodbye.")
+    async with RtcClient(url) as client:
+        await client.negotiate()
+        await client.send({"type": "turn-metrics-subscribe"})
+        client.mic.enqueue(np.concatenate([_silence(1.0), piper_speech(
+            "Thank you, that's all.", 48_000), _silence(2.5)]))
+        await client.wait_for("tts-complete", timeout=scaled(60))
+        await asyncio.sleep(0.5)
+        # the comma's pause may end a turn of "Thank you." first; the words after it join it
+        figures = client.messages("turn-metrics")[-1]
+        final = [t["text"].lower() for t in client.messages("transcript") if t["isFinal"]]
+        assert "all" in final[-1], final
+        assert figures["endOfTurn"] == "sign-off", (figures, final)
+        assert figures["endOfTurnMs"] < 1600, figures
+
+
 async def test_a_short_answer_to_the_agents_question_ends_its_turn(url, rtc_llm, make_speech):
     """"For how many people?" - "Two people.": the words' language model judges the answer
     as a reply to the question (readings.py), so a sentence may end there; judged alone, a

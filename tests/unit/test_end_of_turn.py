@@ -14,6 +14,7 @@ from voice_server.pipeline.end_of_turn import (
     Ending,
     EndOfTurnPolicy,
     only_a_greeting,
+    signs_off,
     unfinished,
 )
 from voice_server.pipeline.stt import Hearing, WhisperSTT
@@ -33,7 +34,7 @@ POLICY = EndOfTurnPolicy(commit_ms=200, max_ms=1600, fallback_ms=500)
     "What is the capital of", "I'd like to book a table for, um", "So I was thinking that",
     "My name is", "Can I get a pizza with", "I want the...", "Let me see, the",
     "I need a table for two and", "Can you tell me?", "Could you show me", "I think",
-    "I wonder.",
+    "I wonder.", "Thank you, that's",
 ])
 def test_unfinished_sentences(text):
     assert unfinished(text)
@@ -144,6 +145,31 @@ def test_one_unfinished_reading_among_the_likely_ones_is_enough_to_wait():
                            ["I would like to work a table for.", "I would like to book it."])
     assert (verdict.wait_ms, verdict.reason) == (1600, "unfinished reading")
     assert POLICY.judge(0.9, "Why is the sky blue?", ["Why is the sky blue"]).complete
+
+
+@pytest.mark.parametrize(("text", "done"), [
+    ("Okay, thank you, that's all.", True), ("No, that's it. Bye!", True), ("Thanks.", True),
+    ("That is all, thank you very much.", True), ("Goodbye.", True),
+    ("That’s everything.", True), ("Thank you for", False), ("That's all of", False),
+    ("Is that all you have?", False), ("I want to book a table.", False), ("", False),
+])
+def test_a_sign_off(text, done):
+    assert signs_off(text) is done
+
+
+def test_a_caller_who_signs_off_is_done_whatever_voice_and_language_model_say():
+    """The voice and the small language model both hear more coming after "that's all"
+    (figures of Smart Turn and the bundled model on our Piper voice); the words say the caller
+    has finished. A reading that goes on after the sign-off is Whisper's invention; one cut
+    before it still waits."""
+    verdict = POLICY.judge(0.013, "Okay, thank you. That's all.",
+                           ["Okay, thank you, that's all.", "Okay, thank you. That's all. Okay,"],
+                           Ending(0.009, -5.5))
+    assert (verdict.wait_ms, verdict.reason) == (200, "sign-off")
+    assert POLICY.words_wait("Okay, thank you. That's all.",
+                             ["Okay. Thank you. That's all. Okay."]) is None
+    assert POLICY.judge(0.9, "Thank you, that's all.", ["Thank you, that's"]).wait_ms == 1600
+    assert POLICY.judge(0.9, "Thank you for", ["Thank you for all."]).wait_ms == 1600
 
 
 @pytest.mark.slow
@@ -273,6 +299,9 @@ def test_smart_turn_in_our_piper_voice(smart_turn):
 
     assert smart_turn.complete(said("How many days are in a week?")) >= 0.5
     assert smart_turn.complete(said("So I was thinking that")) < 0.15
+    # a caller's last words: the voice may hear more coming (0.024), the words decide
+    p = smart_turn.complete(said("Okay, thank you, that's all."))
+    assert POLICY.judge(p, "Okay, thank you, that's all.", (), Ending(0.009, -5.5)).wait_ms == 200
 
 
 @pytest.mark.slow

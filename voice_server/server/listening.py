@@ -32,7 +32,7 @@ import numpy as np
 
 from ..metrics import TurnRecord
 from ..pipeline.audio import STT_RATE
-from ..pipeline.end_of_turn import Ending, EndOfTurnPolicy, Verdict
+from ..pipeline.end_of_turn import Ending, EndOfTurnPolicy, Verdict, signs_off
 from ..pipeline.speech import HeldOutput, SpeechOutput
 from ..pipeline.stt import Hearing, STTError
 from ..pipeline.vad import StreamingVAD, VADEvent, VADSettings
@@ -204,13 +204,14 @@ class Listener:
 
     async def _words_end(self, hearing: Awaitable[Hearing]) -> Ending | None:
         """How the transcript's words end, by the language model (None: no words, words the
-        rules already find unfinished, or the model failed)."""
+        rules already find unfinished or ending on a sign-off, or the model failed)."""
         try:
             heard = await hearing
         except Exception:  # no transcript: the verdict falls back without words (_judge_turn)
             return None
-        if self._policy.words_wait(heard.text, heard.alternatives) is not None:
-            return None  # the words wait already: the language model cannot add to it
+        if self._policy.words_wait(heard.text, heard.alternatives) is not None or \
+                signs_off(heard.text):
+            return None  # the words decide already: the language model cannot add to it
         try:
             return await self.stt.ending(heard.text, self.conversation().last_said())
         except STTError as exc:

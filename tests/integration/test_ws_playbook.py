@@ -82,6 +82,9 @@ async def test_a_question_the_note_cannot_change_is_not_kept_waiting(scripted_se
         first = await _spoken_turn(
             client, make_speech("Hello, I would like to book a table. My name is Peter."))
         session = await scripted_server.sessions.get(ready["id"])
+        async with asyncio.timeout(5):  # the session takes the turn's state once it is over
+            while "facts" not in session.state:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
         noted_then = dict(session.state["facts"])
         second = await _spoken_turn(
             client, make_speech("Two people. Seven in the evening, please."))

@@ -98,8 +98,9 @@ class PlaybookResponder:
 
     Session state: ``ctx.state`` is updated in place with the keys of ``PlaybookState``
     (``playbook``, ``stage``, ``stage_turns``, ``turns``, ``entered_at``, ``data``,
-    ``history_from``) plus ``uninterruptible``, after every change, so it can be saved at any
-    time and restored on ``reconnect``; state of another playbook id is replaced by a fresh one.
+    ``history_from``) plus ``uninterruptible``, after every change; it is the turn's copy of the
+    session's, which the session takes (and saves, for ``reconnect``) when the turn is kept
+    (server/conversation.py); state of another playbook id is replaced by a fresh one.
     ``history_from`` is the index in the session history where the playbook's view starts (set
     by ``clear_history``); the history list should only grow.
 

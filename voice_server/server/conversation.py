@@ -12,12 +12,18 @@ speech-to-text. A real interruption by the user (``cut_by_user``) goes that way 
 none of the answer was heard and it used no tool, it also takes the utterance back: the user
 was not done (the end of turn came too soon), and the listener hears those words again joined
 to what they say now, as one turn.
+
+A turn works on its own copy of the session's state (a playbook's stage and facts): the
+session takes it when the turn is kept. A speculative answer dropped unheard, or a turn taken
+back, leaves the state as it was: "Thank you." answered at a pause had moved a playbook to its
+goodbye, and "... but it is still slow" that followed was then answered there.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -38,6 +44,7 @@ from ..protocol import (
     ErrorCode,
     Message,
     ProtocolError,
+    StageChange,
     Transcript,
     TurnMetrics,
     VisionAttachment,
@@ -121,7 +128,7 @@ class Conversation:
         if turn is None or turn.done or session is None:
             return None
         responder = self.services.responder_for(session)
-        return turn if responder.interruptible(session.state) else None
+        return turn if responder.interruptible(turn.ctx.state) else None
 
     def last_said(self) -> str:
         """The agent's last words in the history ("" before it has said any): what the user's
@@ -276,9 +283,16 @@ class Conversation:
             return
         if self._after is not None:  # the last turn's work on the state it leaves
             await asyncio.wait({self._after})
-        ctx = TurnContext(history=session.history, emit=send,
+        moves: list[StageChange] = []  # the stages the turn went through, as the client saw
+
+        async def emit(message: Message) -> None:
+            if isinstance(message, StageChange):
+                moves.append(message)
+            await send(message)
+
+        ctx = TurnContext(history=session.history, emit=emit,
                           user_message=services.user_message(text, attachments),
-                          state=session.state)
+                          state=copy.deepcopy(session.state))  # the session's once kept
         turn = Turn(ctx=ctx, responder=services.responder_for(session), tts=services.tts,
                     output=output, record=record, chunker=services.new_chunker,
                     guard=services.new_guard, pacing=services.new_pacing)
@@ -292,21 +306,26 @@ class Conversation:
             if _unheard(turn.committed):  # heard again with what followed (cut_by_user)
                 record.taken_back = True
                 services.record_turn(record)  # counted, never sent: the client sees one turn
+                if moves and moves[0].from_ != moves[-1].to:  # the client is told it is back
+                    await self._send(StageChange(from_=moves[-1].to, to=moves[0].from_,
+                                                 reason="taken_back"))
                 return
+        _keep(session.state, ctx.state)
         await services.sessions.append_history(session, turn.committed)
-        await services.sessions.save(session)  # playbook state changed in place
+        await services.sessions.save(session)  # with the state the turn left
         services.record_turn(record)
         if self.report_turn_metrics:
             await send(_turn_metrics(record))
         if ctx.after is not None:
-            self._after = asyncio.create_task(self._follow_up(session, ctx.after),
+            self._after = asyncio.create_task(self._follow_up(session, ctx.after, ctx.state),
                                               name=f"after-turn-{session_tag(session.id)}")
 
     async def _follow_up(self, session: Session, after: Callable[[], Awaitable[object]],
-                         ) -> None:
-        """A turn's ``after`` work, then the session saved again (its state changed)."""
+                         state: dict[str, Any]) -> None:
+        """A turn's ``after`` work on its ``state``, which the session then takes and saves."""
         try:
             await after()
+            _keep(session.state, state)
             await self.services.sessions.save(session)
         except Exception:  # the turn was heard; what it noted after is lost, not the call
             log.exception("a turn's work after it failed (session %s)", session_tag(session.id))
@@ -338,6 +357,12 @@ class _Saying:
 
     async def prefill(self, ctx: TurnContext) -> None:
         return None
+
+
+def _keep(session_state: dict[str, Any], turn_state: dict[str, Any]) -> None:
+    """The session takes the state a kept turn left (the same dict: the session holds it)."""
+    session_state.clear()
+    session_state.update(turn_state)
 
 
 def _unheard(committed: list[dict[str, Any]]) -> bool:

@@ -1,0 +1,91 @@
+"""A playbook's state over WebRTC turn-taking (a real aiortc peer): a turn that ended too soon
+and was taken back leaves the playbook where it was, so the words heard again with what
+followed are judged from there (conversation.py)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import pytest_asyncio
+
+from tests.conftest import scaled
+from tests.rtc.peer import RtcClient
+from tests.support.fake_openai import FakeOpenAI, Reply
+from voice_server.config import load_settings
+from voice_server.pipeline.audio import decode_wav, trim_leading_silence, trim_trailing_silence
+from voice_server.playbook.requests import INTENT_TOOL
+from voice_server.server.app import VoiceServer
+
+pytestmark = pytest.mark.slow
+
+DESK = """
+id: desk
+initial_stage: help
+intents:
+  done: the caller is finished, says thanks or goodbye
+  problem: the caller still has a problem
+stages:
+  help: {system_prompt: Help the caller.}
+  goodbye: {system_prompt: Say goodbye.}
+  ticket: {system_prompt: Open a ticket.}
+transitions:
+  - {from: help, to: goodbye, when: {intent: done}}
+  - {from: help, to: ticket, when: {intent: problem}}
+"""
+
+
+@pytest_asyncio.fixture(scope="module")
+async def desk(tmp_path_factory) -> AsyncIterator[tuple[str, FakeOpenAI]]:
+    folder: Path = tmp_path_factory.mktemp("playbooks")
+    (folder / "desk.yaml").write_text(DESK)
+    async with FakeOpenAI() as llm:
+        settings = load_settings(port=0, llm_provider="openai_compat", llm_base_url=llm.base_url,
+                                 llm_model="fake-model", ice_host_addresses="127.0.0.1",
+                                 ice_candidate_allow="127.0.0.1", interim_transcripts=False,
+                                 playbooks_dir=str(folder))
+        async with VoiceServer(settings) as server:
+            yield f"ws://127.0.0.1:{server.port}/ws?playbook=desk", llm
+
+
+def _said(make_speech, text: str, pad: tuple[float, float]) -> np.ndarray:
+    pcm = decode_wav(make_speech(text, rate=48000, pad=(0, 0)), max_seconds=30, to_rate=48_000)
+    pcm = trim_trailing_silence(trim_leading_silence(pcm, 48_000, keep_ms=0), 48_000, keep_ms=0)
+    return np.concatenate([np.zeros(int(48_000 * pad[0]), np.int16), pcm,
+                           np.zeros(int(48_000 * pad[1]), np.int16)])
+
+
+def _intent(name: str) -> Reply:
+    return Reply(tool_calls=[{"name": INTENT_TOOL, "arguments": {"intent": name}}])
+
+
+async def test_a_turn_taken_back_leaves_the_stage_it_moved_to(desk, make_speech):
+    """"Thank you." ends a turn (a sign-off), its intent moves the playbook to ``goodbye``,
+    and the goodbye's first words are not yet heard when "But my internet is still slow."
+    cuts it: the turn is taken back, the client is told the stage is ``help`` again, and the
+    words heard again as one turn are judged there (-> ``ticket``), not answered as a
+    goodbye."""
+    url, llm = desk
+    llm.add(_intent("done"),
+            Reply(text="Goodbye, and thank you for calling.", stall_after_words=2,
+                  stall_s=scaled(8)),
+            _intent("problem"), "I will open a ticket for you.")
+    async with RtcClient(url) as client:
+        await client.negotiate()
+        client.mic.enqueue(np.concatenate([
+            _said(make_speech, "Thank you.", (1.0, 1.2)),
+            _said(make_speech, "But my internet is still slow.", (0.0, 2.5))]))
+        await client.wait_for("tts-complete", timeout=scaled(60))
+        final = [t["text"].lower() for t in client.messages("transcript") if t["isFinal"]]
+        changes = [(m["from"], m["to"], m["reason"]) for m in client.messages("stage-change")]
+        assert len(final) == 2 and "slow" in final[1] and "thank" in final[1], final
+        assert changes == [("help", "goodbye", "intent"), ("goodbye", "help", "taken_back"),
+                           ("help", "ticket", "intent")], (changes, final)
+        assert [m["text"] for m in client.messages("llm")] == ["I will open a ticket for you."]
+        intents = [r for r in llm.requests if r.get("tools")
+                   and r["tools"][0]["function"]["name"] == INTENT_TOOL]
+        assert len(intents) == 2 and "slow" in intents[1]["messages"][-1]["content"].lower()
+        answered = llm.requests[-1]["messages"]
+        assert answered[0]["content"].startswith("Open a ticket."), answered[0]

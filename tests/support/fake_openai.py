@@ -13,6 +13,7 @@ import json
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +54,9 @@ class FakeOpenAI:
         self.default_text = default_text
         self.default_delay_s = 0.0  # before the first byte of a ``default_text`` answer
         self.script: deque[Reply] = deque()
+        # the reply to a request, from the request itself (None: the script and defaults):
+        # for turns whose number of requests is not known (speculative answers in pauses)
+        self.reply_for: Callable[[dict[str, Any]], Reply | None] | None = None
         self.embed_script: deque[Reply] = deque()  # failures for /v1/embeddings (status != 200)
         self.models_status = 200  # answer /v1/models with this status (an error body if not 200)
         self.models_delay_s = 0.0  # wait this long before answering /v1/models (a hung endpoint)
@@ -92,6 +96,8 @@ class FakeOpenAI:
             await self._runner.cleanup()
 
     def _next(self, body: dict[str, Any]) -> Reply:
+        if self.reply_for is not None and (reply := self.reply_for(body)) is not None:
+            return reply
         if self.script:
             return self.script.popleft()
         if self.default_text is not None:

@@ -133,6 +133,10 @@ class HeldOutput:
         self.discarded = True
         self._held.clear()
 
+    async def confirmed(self) -> None:
+        """Return once the end of turn is confirmed (``commit``); never, if it is dropped."""
+        await self._released.wait()
+
     async def play(self, text: str, pcm: np.ndarray, sample_rate: int) -> None:
         await self._released.wait()
         await self._inner.play(text, pcm, sample_rate)

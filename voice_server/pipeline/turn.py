@@ -70,6 +70,10 @@ class TurnContext:
     # question did not wait for): whoever runs the responder awaits it after the turn and
     # before the next one reads ``state``; the turn itself is over when its audio is
     after: Callable[[], Awaitable[object]] | None = None
+    # a speculative answer's (begun in a pause, before the end of turn): returns once the end
+    # of turn is confirmed; a tool waits for it, so none acts on words the user then went on
+    # from (the answer is dropped unheard, and the call would have been made all the same)
+    confirmed: Callable[[], Awaitable[object]] | None = None
 
 
 class Responder(Protocol):

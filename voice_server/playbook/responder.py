@@ -13,10 +13,13 @@ One call of ``respond(ctx)`` is one user turn:
 5. tool rounds, at most ``globals.max_tool_rounds``: stream the LLM with the stage's tools (plus
    the built-in ``playbook_transition`` tool when an ``llm_decision`` transition applies); text
    deltas are yielded as they come (a model's "let me check" preamble is spoken while the tools
-   run); requested tools run concurrently, each bracketed by ``tool-call-start`` and
-   ``tool-call-end{durationMs}``; after each one ``tool_called``/``tool_result`` transitions are
-   checked, and the ``stage-change`` of those that fired follows the round's ``tool-call-end``
-   events; the next round then uses the new stage's prompt and tools;
+   run); requested tools run concurrently (in a speculative answer, begun in a pause before
+   the end of turn, once that end is confirmed: ``TurnContext.confirmed``; a caller who goes
+   on drops the answer, and no tool has acted on half their words), each bracketed by
+   ``tool-call-start`` and ``tool-call-end{durationMs}``; after each one
+   ``tool_called``/``tool_result`` transitions are checked, and the ``stage-change`` of those
+   that fired follows the round's ``tool-call-end`` events; the next round then uses the new
+   stage's prompt and tools;
 6. when the model answers without tools, or the rounds are spent (then the request carries no
    tools so it must answer), the answer has streamed and the turn ends.
 
@@ -254,6 +257,8 @@ class PlaybookResponder:
         whether they answer the turn: every call's tool gives its answer (``answer_from``)."""
         calls = tuple(ToolCall(id=f"call_{uuid.uuid4().hex[:16]}", name=c.name or "",
                                arguments=c.arguments) for c in calls[:MAX_CALLS_PER_ROUND])
+        if ctx.confirmed is not None and any(c.name != TRANSITION_TOOL for c in calls):
+            await ctx.confirmed()  # a speculative answer's tools act once the turn is over
         # The spoken preamble (if any) is part of the turn's final assistant entry, not this
         # one. "" rather than None: chat templates of local models concatenate the content.
         assistant = {"role": "assistant", "content": "",

@@ -199,11 +199,13 @@ class Conversation:
     async def start_utterance(self, pcm: np.ndarray, output: SpeechOutput,
                               record: TurnRecord | None = None,
                               transcript: Awaitable[str] | None = None,
-                              emit: Send | None = None) -> None:
+                              emit: Send | None = None,
+                              confirmed: Callable[[], Awaitable[object]] | None = None) -> None:
         """Supersede any running turn and answer this 16 kHz utterance. WebRTC's speculative
-        end of turn passes ``transcript`` (speech-to-text already under way) and ``emit``
-        (holds messages until the end of turn is confirmed); an ``output`` whose ``discarded``
-        is true at the end was never heard and leaves no history."""
+        end of turn passes ``transcript`` (speech-to-text already under way), ``emit`` (holds
+        messages until the end of turn is confirmed) and ``confirmed`` (returns once it is:
+        a tool waits for it, ``TurnContext.confirmed``); an ``output`` whose ``discarded`` is
+        true at the end was never heard and leaves no history."""
         await self.interrupt()
         session = self.session
         assert session is not None
@@ -212,7 +214,7 @@ class Conversation:
         attachments, self._attachments = self._attachments, []
         held, self._attachment_bytes = self._attachment_bytes, 0
         self._job = asyncio.create_task(self._answer(session, pcm, output, record, attachments,
-                                                     transcript, emit or self._send),
+                                                     transcript, emit or self._send, confirmed),
                                         name=f"utterance-{session_tag(session.id)}")
         if held:
             budget = self.services.input_budget
@@ -266,7 +268,8 @@ class Conversation:
 
     async def _answer(self, session: Session, pcm: np.ndarray, output: SpeechOutput,
                       record: TurnRecord, attachments: list[VisionAttachment],
-                      transcript: Awaitable[str] | None, send: Send) -> None:
+                      transcript: Awaitable[str] | None, send: Send,
+                      confirmed: Callable[[], Awaitable[object]] | None) -> None:
         services = self.services
         try:
             text = await (transcript or services.stt.transcribe(pcm))
@@ -292,7 +295,8 @@ class Conversation:
 
         ctx = TurnContext(history=session.history, emit=emit,
                           user_message=services.user_message(text, attachments),
-                          state=copy.deepcopy(session.state))  # the session's once kept
+                          state=copy.deepcopy(session.state),  # the session's once kept
+                          confirmed=confirmed)
         turn = Turn(ctx=ctx, responder=services.responder_for(session), tts=services.tts,
                     output=output, record=record, chunker=services.new_chunker,
                     guard=services.new_guard, pacing=services.new_pacing)

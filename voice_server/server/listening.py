@@ -178,7 +178,7 @@ class Listener:
         words = self._spawn(self._words_end(hearing), "end-of-turn-words")
         transcript = self._spawn(self._text_of(hearing, words, ask, record), "speculative-text")
         await self.conversation().start_utterance(pcm, output, record, transcript,
-                                                   emit=output.emit)
+                                                   emit=output.emit, confirmed=output.confirmed)
         verdict = self._spawn(self._judge_turn(pcm, hearing, words), "end-of-turn")
         self._held = _Speculation(pcm, output, record, verdict, ask)
 

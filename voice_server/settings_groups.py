@@ -186,11 +186,11 @@ class VoiceSettings(BaseModel):
                                          "like to book a table for') asks the LLM; such a turn "
                                          "waits up to end_of_turn_max_ms, so a pause to think "
                                          "costs no LLM request (0: at once, like any other)")
-    llm_prefill: bool = Field(True, description="while the user speaks, the embedded LLM "
-                              "reads its prompt up to their words so far (the history, then "
-                              "an interim transcript's words once 8 more are heard; a "
-                              "playbook turn's first request), so the answer reads only the "
-                              "rest once they are done")
+    llm_prefill: bool = Field(True, description="before the user is done, the embedded LLM "
+                              "reads its prompt up to their words so far (the history once "
+                              "the last answer is over, then an interim transcript's words "
+                              "once 8 more are heard; a playbook turn's first request), so "
+                              "the answer reads only the rest once they are done")
     end_of_turn_complete_from: float = Field(0.5, ge=0, le=1, description="turn model "
                                              "probability from which a turn is complete")
     end_of_turn_unfinished_below: float = Field(0.03, ge=0, le=1, description="turn model "

@@ -1,9 +1,11 @@
-"""The embedded model reads the prompt while the user speaks (``Settings.llm_prefill``,
+"""The embedded model reads the prompt before the user is done (``Settings.llm_prefill``,
 server/listening.py, llm/local_engine.py): a real aiortc peer asks a long question, and the
 answer's request reads only the end of it, the rest having been read from the interim
-transcripts."""
+transcripts; and the history is read in the quiet after an answer, before the user speaks."""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 import pytest_asyncio
@@ -90,3 +92,33 @@ def _interim(client: RtcClient, word: str) -> list[str]:
         else:
             texts = []
     return []
+
+
+@pytest.mark.serial
+async def test_the_history_is_read_in_the_quiet_after_an_answer(server, make_speech,
+                                                                 monkeypatch) -> None:
+    """Once the agent's answer is over and before the user speaks again, the model reads the
+    prompt of their next answer up to their words: the history with the answer just given.
+    Before, it waited for their voice, and a short reply left it little time (behind a
+    playbook's intent check, the support playbook's ticket note took it all)."""
+    read: list[list[dict]] = []
+    warm = server.router.warm
+
+    async def spy(request, *, save=True):
+        if not save:  # a read-ahead for the coming turn (a stage's prompt is saved)
+            read.append(request.messages)
+        return await warm(request, save=save)
+
+    monkeypatch.setattr(server.router, "warm", spy)
+    async with RtcClient(f"ws://127.0.0.1:{server.port}/ws") as client:
+        await client.negotiate()
+        client.say(make_speech("What is the capital of France?", rate=48000, pad=(1.0, 0.5)))
+        await client.wait_for("tts-complete", timeout=scaled(60))
+        answer = client.messages("llm")[0]["text"]
+        await asyncio.sleep(scaled(2.0))  # the user says nothing more
+        assert len(client.messages("speech-start")) == 1
+    # read with the answer in the history: after it, and the user has not spoken since
+    after = [messages for messages in read
+             if any(m["role"] == "assistant" and m["content"] == answer for m in messages)]
+    assert after, read
+    assert after[0][-1] == {"role": "user", "content": ""}, after[0][-1]

@@ -221,9 +221,12 @@ class Conversation:
             self._job.add_done_callback(lambda _: budget.give_back(held))
 
     async def prefill(self, words: str) -> None:
-        """The user is speaking, and has said ``words`` so far: have the model read the
-        prompt of their answer up to them (``Responder.prefill``), unless an answer is under
-        way (it has the model) or images wait to go with the words."""
+        """The user is about to speak, or is speaking and has said ``words`` so far: have the
+        model read the prompt of their answer up to them (``Responder.prefill``; after the
+        last turn's work on the state), unless an answer is under way (it has the model) or
+        images wait to go with the words."""
+        if self._after is not None:  # the last turn's work on the state it leaves
+            await asyncio.wait({self._after})
         session = self.session
         if session is None or self.running_job is not None or self._attachments:
             return

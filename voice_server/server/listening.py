@@ -91,6 +91,7 @@ class Listener:
         self._interim: asyncio.Task[None] | None = None
         self._prefill: asyncio.Task[None] | None = None
         self._prefilled_words = 0  # of the utterance in progress
+        self._read_ahead_due = False  # an answer is under way: once it is over, read ahead
         self._record: TurnRecord | None = None
         self._held: _Speculation | None = None  # an answer started on a short pause
         self._before: np.ndarray | None = None  # an utterance taken back, heard again joined
@@ -142,6 +143,9 @@ class Listener:
             if (verdict := _verdict(held)) is not None and vad.silence_ms >= verdict.wait_ms:
                 await self._on_event(vad.end_now())
         self._maybe_interim()
+        if self._read_ahead_due and not vad.speaking and self.conversation().running_job is None:
+            self._read_ahead_due = False  # the answer is over and the user has not spoken yet
+            self._start_prefill("")
 
     async def _on_event(self, event: VADEvent) -> None:
         kind = event.kind
@@ -286,6 +290,7 @@ class Listener:
             _decided(record, speech_end, now, None)
             await self.conversation().start_utterance(pcm, self.speech_output(), record)
         self._record = None
+        self._read_ahead_due = True
         self._refresh_vad()
 
     def _refresh_vad(self) -> None:
@@ -315,8 +320,8 @@ class Listener:
         self._last_interim = time.monotonic()
         self._spawn(self._prepare_judge(), "prepare-judge")
         self._prefilled_words = 0
-        if turn is None:  # the history is complete: the model may read it now
-            self._start_prefill("")
+        if turn is None and self._prefill is None:  # the history is complete, and was not
+            self._start_prefill("")  # read since the answer ended: the model may read it now
 
     async def _prepare_judge(self, words: str = "") -> None:
         """While the user speaks, the words' judge reads what they answer, and the words of
@@ -355,10 +360,13 @@ class Listener:
 
     # ---- the LLM reads ahead -----------------------------------------------------------------
     def _start_prefill(self, words: str) -> None:
-        """While the user speaks, the embedded model reads the prompt of their answer up to
-        ``words`` (``Settings.llm_prefill``; it runs only while nothing else computes, a few
-        tokens a step: llm/local_engine.py): the history as they start, and the words of a
-        long utterance. The answer then reads only the rest."""
+        """The embedded model reads the prompt of the user's next answer up to ``words``
+        (``Settings.llm_prefill``; it runs only while nothing else computes, a few tokens a
+        step: llm/local_engine.py): the history once the agent's answer is over (or as they
+        start to speak), then the words of a long utterance. The answer then reads only the
+        rest. Read in the quiet before the user speaks, the request behind a playbook's intent
+        check (the support playbook's ticket note, its wrap-up's answer) is mostly read
+        before it is needed: while the user spoke, the first of them took all the time."""
         if not (self.settings.llm_prefill and self.llm_shares_cpu) or self._closed:
             return
         self._stop_prefill()

@@ -3,6 +3,8 @@ output refused), through the real ``openai`` client and ``OpenAICompatProvider``
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.support.fake_openai import FakeOpenAI, Reply
@@ -13,6 +15,7 @@ NOTE = {"type": "json_schema", "json_schema": {"name": "note_facts", "schema": {
     "type": "object", "properties": {"time": TIME, "pattern": {"type": "null"}},
     "required": ["time", "pattern"], "additionalProperties": False}}}
 # llama-cpp-python's server on a json_schema response_format: HTTP 500 and its validation error
+PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
 REFUSAL = ("[{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': "
            "\"Input should be 'text' or 'json_object'\"}]")
 
@@ -149,3 +152,24 @@ async def test_an_endpoint_s_prompt_cache_is_counted(fake: FakeOpenAI, router: L
     assert (uncached.input_tokens, uncached.cached_tokens) == (40, 0)
     assert (completed.input_tokens, completed.cached_tokens) == (40, 30)
     assert (streamed + completed).cached_tokens == 62 and streamed + None == streamed
+
+
+async def test_an_intent_through_an_endpoint_without_structured_output(fake: FakeOpenAI,
+                                                                       router: LLMRouter) -> None:
+    """A playbook's intent check is a structured answer; an endpoint that refuses one is
+    asked by a forced call of the same name, and the call's arguments move the playbook."""
+    from tests.playbook.support import Conversation
+    from voice_server.playbook import PlaybookResponder, load_playbook
+    from voice_server.playbook.requests import INTENT_NAME
+
+    fake.add(Reply(status=500, error_message=REFUSAL),
+             Reply(tool_calls=[{"name": INTENT_NAME, "arguments": {"intent": "outage"}}]),
+             '{"account": null}')
+    async with PlaybookResponder(load_playbook(PLAYBOOKS / "support.yaml"), router) as pb:
+        call = Conversation(pb)
+        reply, _, _ = await call.turn("Nothing loads at home, it keeps dropping.")
+    assert call.state["stage"] == "line_check", (reply, call.state)
+    refused, forced = fake.requests[:2]
+    assert refused["response_format"]["json_schema"]["name"] == INTENT_NAME
+    assert forced["tool_choice"] == {"type": "function", "function": {"name": INTENT_NAME}}
+    assert "What is your account number?" in reply

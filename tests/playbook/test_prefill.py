@@ -9,12 +9,11 @@ import time
 
 import pytest
 
-from tests.support.fake_openai import Reply
 from voice_server.llm import ChatRequest, LLMRouter
 from voice_server.llm.local import LocalLlamaProvider
 from voice_server.playbook import PlaybookResponder, load_playbook, load_playbook_text
 from voice_server.playbook.collect import NOTE_NAME
-from voice_server.playbook.requests import INTENT_TOOL
+from voice_server.playbook.requests import INTENT_NAME
 
 from .conftest import PLAYBOOKS, scaled
 from .support import Conversation
@@ -94,11 +93,11 @@ async def test_behind_an_intent_check_the_notes_it_may_lead_to_are_read(fake, re
         assert ahead.messages[-2:] == [{"role": "assistant", "content": advice},
                                        {"role": "user", "content": "I restarted"}]
         assert call.state["stage"] == "advice"  # the session's state is untouched
-        fake.add(Reply(tool_calls=[{"name": INTENT_TOOL, "arguments": {"intent": "ticket"}}]),
+        fake.add('{"intent": "ticket"}',
                  '{"account": null, "category": null, "summary": "still slow"}')
         reply, _, _ = await call.turn("I restarted the router and it is still slow.")
         intent, note = fake.requests[:2]
-        assert intent["tool_choice"]["function"]["name"] == INTENT_TOOL
+        assert intent["response_format"]["json_schema"]["name"] == INTENT_NAME
         assert note["messages"][:-1] == ahead.messages[:-1]
         assert reply.startswith("I'll open a ticket for you. Your ticket number is")
         # "done" instead: the wrap-up's answer is the one read ahead
@@ -106,8 +105,7 @@ async def test_behind_an_intent_check_the_notes_it_may_lead_to_are_read(fake, re
         call = Conversation(pb, history=call.history[:2], state={
             "playbook": "support", "stage": "advice",
             "data": {"account": "12345678", "category": "outage"}})
-        fake.add(Reply(tool_calls=[{"name": INTENT_TOOL, "arguments": {"intent": "done"}}]),
-                 "You're welcome. Goodbye!")
+        fake.add('{"intent": "done"}', "You're welcome. Goodbye!")
         await call.turn("I restarted it and it works now, thanks.")
         assert fake.requests[sent + 1]["messages"][:-1] == closing.messages[:-1]
 

@@ -42,10 +42,11 @@ async def test_the_warm_prompts_start_as_a_turn_s_do(fake, router) -> None:
         ahead = pb.warm_requests()
         await Conversation(pb).turn("Hello.")  # triage: intent (none), then answer
         intent, answer = fake.requests[:2]
-        assert intent["tool_choice"]["function"]["name"] == "classify_intent"
+        assert intent["response_format"]["json_schema"]["name"] == "intent"
         for sent, early in ((intent, ahead[0]), (answer, ahead[1])):
             assert sent["messages"][0] == early.messages[0]
             assert sent.get("tools") == early.tools
+            assert sent.get("response_format") == early.response_format
         # 8 stages: an answer each, 3 notes of facts, and 3 intent checks of which advice
         # and bill ask the same: that request is computed once
         assert len(ahead) == 13 and all(r not in ahead[:i] for i, r in enumerate(ahead))

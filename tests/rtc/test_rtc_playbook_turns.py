@@ -5,6 +5,7 @@ speaks on from, calls no tool (``TurnContext.confirmed``)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from tests.rtc.peer import RtcClient
 from tests.support.fake_openai import FakeOpenAI, Reply
 from voice_server.config import load_settings
 from voice_server.pipeline.audio import decode_wav, trim_leading_silence, trim_trailing_silence
-from voice_server.playbook.requests import INTENT_TOOL
+from voice_server.playbook.requests import INTENT_NAME
 from voice_server.server.app import VoiceServer
 
 pytestmark = pytest.mark.slow
@@ -87,7 +88,7 @@ def _said(make_speech, text: str, pad: tuple[float, float]) -> np.ndarray:
 
 
 def _intent(name: str) -> Reply:
-    return Reply(tool_calls=[{"name": INTENT_TOOL, "arguments": {"intent": name}}])
+    return Reply(text=json.dumps({"intent": name}))
 
 
 async def test_a_turn_taken_back_leaves_the_stage_it_moved_to(desk, make_speech):
@@ -113,8 +114,9 @@ async def test_a_turn_taken_back_leaves_the_stage_it_moved_to(desk, make_speech)
         assert changes == [("help", "goodbye", "intent"), ("goodbye", "help", "taken_back"),
                            ("help", "ticket", "intent")], (changes, final)
         assert [m["text"] for m in client.messages("llm")] == ["I will open a ticket for you."]
-        intents = [r for r in llm.requests if r.get("tools")
-                   and r["tools"][0]["function"]["name"] == INTENT_TOOL]
+        intents = [r for r in llm.requests
+                   if (r.get("response_format") or {}).get("json_schema", {}).get("name")
+                   == INTENT_NAME]
         assert len(intents) == 2 and "slow" in intents[1]["messages"][-1]["content"].lower()
         answered = llm.requests[-1]["messages"]
         assert answered[0]["content"].startswith("Open a ticket."), answered[0]

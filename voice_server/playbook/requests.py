@@ -2,7 +2,7 @@
 
 A turn (``responder.py``) may ask the model three things, each a ``ChatRequest``:
 
-- ``intent``: which of the stage's intents the caller's words express (a forced tool call);
+- ``intent``: which of the stage's intents the caller's words express (a structured answer);
 - ``note``: the details a caller gave in a stage with ``collect`` (structured output,
   ``collect.FactSheet``);
 - ``answer``: the stage's answer, streamed, with its tools.
@@ -27,9 +27,9 @@ from .engine import Engine, PlaybookState, StagePlan
 from .schema import Playbook
 from .tools import ToolRunner
 
-__all__ = ["INTENT_TOOL", "StageRequests", "last_asked", "today_line"]
+__all__ = ["INTENT_NAME", "StageRequests", "last_asked", "today_line"]
 
-INTENT_TOOL = "classify_intent"
+INTENT_NAME = "intent"  # the structured answer's schema name
 
 
 @dataclass(frozen=True)
@@ -69,22 +69,27 @@ class StageRequests:
                            timeout_s=self.timeout_s)
 
     def intent(self, st: PlaybookState, text: str, intents: list[str]) -> ChatRequest:
-        """Which of ``intents`` the user's ``text`` expresses (or "none"): a forced call."""
-        described = "\n".join(f"- {n}: {self.playbook.intents.get(n, '')}" for n in intents)
+        """Which of ``intents`` the user's ``text`` expresses (or "none"): a structured answer
+        ``{"intent": ...}``. It was a forced tool call: the embedded model reads the answer's
+        opening (4 tokens) where a call's is ~16 after the words, and its prompt carries no
+        tool schema. On the support playbook's lines (``bench/intent_check.py``: the 1.5B
+        model on 2 cores, 33 lines twice) the answer took two questions for a ticket until
+        "none" was described too; with it, both were right 62 of 66 times, with the same
+        misses, the answer in 607 ms at p50 against the call's 756 (docs/performance.md)."""
+        described = "\n".join([*(f"- {n}: {self.playbook.intents.get(n, '')}" for n in intents),
+                               "- none: none of these (a question, anything else)"])
         prompt = (self.playbook.globals.intent_prompt or
                   "Classify the user's last message. Answer with the intent that fits, or "
                   "'none'.") + "\nIntents:\n" + described
-        tool = {"type": "function", "function": {
-            "name": INTENT_TOOL, "description": "Report the intent of the user's message.",
-            "parameters": {"type": "object", "properties": {
-                "intent": {"type": "string", "enum": [*intents, "none"]}},
-                "required": ["intent"]}}}
+        parameters = {"type": "object", "properties": {
+            "intent": {"type": "string", "enum": [*intents, "none"]}},
+            "required": ["intent"], "additionalProperties": False}
         return ChatRequest(messages=[{"role": "system", "content": prompt},
                                      {"role": "user", "content": text}],
                            model=self.engine.plan(st, first_round=True).model,
-                           temperature=0.0, max_tokens=40, tools=[tool],
-                           tool_choice={"type": "function", "function": {"name": INTENT_TOOL}},
-                           timeout_s=self.timeout_s)
+                           temperature=0.0, max_tokens=40, timeout_s=self.timeout_s,
+                           response_format={"type": "json_schema", "json_schema": {
+                               "name": INTENT_NAME, "schema": parameters}})
 
     def note(self, st: PlaybookState, sheet: FactSheet, asked: str | None, text: str,
              now: float) -> ChatRequest:

@@ -421,18 +421,19 @@ class PlaybookResponder:
 
     async def _classify(self, st: PlaybookState, ctx: TurnContext, text: str,
                         intents: list[str]) -> str | None:
-        """Ask the LLM which intent the user turn expresses (``none`` when no intent fits)."""
-        request = self.requests.intent(st, text, intents)
+        """Ask the LLM which intent the user turn expresses (``none`` when no intent fits):
+        a structured answer (an endpoint that refuses one is asked by a forced call instead:
+        llm/openai_compat.py), or, as a scripted reply may give it, a call's arguments."""
         try:
-            result = await self._router.complete(request)
+            result = await self._router.complete(self.requests.intent(st, text, intents))
         except LLMError as exc:
             log.warning("intent classification failed: %s", exc)
             return None
         ctx.usage = (ctx.usage or Usage()) + result.usage
-        for call in result.tool_calls:
-            args = _loose_args(call.arguments)
-            if args.get("intent") in intents:
-                return args["intent"]
+        for found in [*(_loose_args(c.arguments) for c in result.tool_calls),
+                      _loose_args(result.text)]:
+            if found.get("intent") in intents:
+                return found["intent"]
         answer = result.text.lower()
         found = [n for n in intents if n.lower() in answer]
         return found[0] if len(found) == 1 else None

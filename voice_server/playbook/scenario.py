@@ -378,8 +378,8 @@ def _check_request(want: dict[str, Any], request: dict[str, Any]) -> list[str]:
 
 
 def _kind(request: dict[str, Any]) -> str:
-    """What a request asked for: the note of a collecting stage, a forced tool (the intent),
-    or the answer."""
+    """What a request asked for: a structured answer (the note of a collecting stage, the
+    intent), a forced tool, or the answer."""
     schema = (request.get("response_format") or {}).get("json_schema") or {}
     forced = request.get("tool_choice")
     if schema.get("name"):

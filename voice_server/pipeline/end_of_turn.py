@@ -91,8 +91,7 @@ def unfinished(text: str) -> bool:
         return False
     if stripped.endswith(_TRAILING_OPEN):
         return True
-    words = [part for word in _WORD.findall(stripped.lower().replace("’", "'"))
-             for part in _contraction(word)]
+    words = [part for word in _words(stripped) for part in _contraction(word)]
     if not words:
         return False
     if words[-1] in _OPEN_ENDED:

@@ -430,10 +430,10 @@ class PlaybookResponder:
             log.warning("intent classification failed: %s", exc)
             return None
         ctx.usage = (ctx.usage or Usage()) + result.usage
-        for found in [*(_loose_args(c.arguments) for c in result.tool_calls),
-                      _loose_args(result.text)]:
-            if found.get("intent") in intents:
-                return found["intent"]
+        for args in [*(_loose_args(c.arguments) for c in result.tool_calls),
+                     _loose_args(result.text)]:
+            if args.get("intent") in intents:
+                return args["intent"]
         answer = result.text.lower()
         found = [n for n in intents if n.lower() in answer]
         return found[0] if len(found) == 1 else None

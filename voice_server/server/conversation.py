@@ -317,22 +317,22 @@ class Conversation:
                     await self._send(StageChange(from_=moves[-1].to, to=moves[0].from_,
                                                  reason="taken_back"))
                 return
-        _keep(session.state, ctx.state)
+        session.state = ctx.state  # kept: the session's state is the one the turn left
         await services.sessions.append_history(session, turn.committed)
         await services.sessions.save(session)  # with the state the turn left
         services.record_turn(record)
         if self.report_turn_metrics:
             await send(_turn_metrics(record))
         if ctx.after is not None:
-            self._after = asyncio.create_task(self._follow_up(session, ctx.after, ctx.state),
+            self._after = asyncio.create_task(self._follow_up(session, ctx.after),
                                               name=f"after-turn-{session_tag(session.id)}")
 
     async def _follow_up(self, session: Session, after: Callable[[], Awaitable[object]],
-                         state: dict[str, Any]) -> None:
-        """A turn's ``after`` work on its ``state``, which the session then takes and saves."""
+                         ) -> None:
+        """A turn's ``after`` work on the state it left (the session's now), then the session
+        saved again."""
         try:
             await after()
-            _keep(session.state, state)
             await self.services.sessions.save(session)
         except Exception:  # the turn was heard; what it noted after is lost, not the call
             log.exception("a turn's work after it failed (session %s)", session_tag(session.id))
@@ -364,12 +364,6 @@ class _Saying:
 
     async def prefill(self, ctx: TurnContext) -> None:
         return None
-
-
-def _keep(session_state: dict[str, Any], turn_state: dict[str, Any]) -> None:
-    """The session takes the state a kept turn left (the same dict: the session holds it)."""
-    session_state.clear()
-    session_state.update(turn_state)
 
 
 def _unheard(committed: list[dict[str, Any]]) -> bool:

@@ -122,9 +122,10 @@ class Metrics:
                                    "end of user speech (or request) to first agent audio")
         self.end_of_turn = Histogram(
             "voice_end_of_turn_seconds", "end of user speech to the decision that the turn is "
-            "over, by reason (complete, unfinished words, unfinished reading, unfinished "
-            "sentence, unlikely last word, turn model: not finished, greeting, unsure, "
-            "fallback, silence)", ["reason"], registry=r, buckets=_BUCKETS)
+            "over, by reason (complete, words complete, sign-off, unfinished words, "
+            "unfinished reading, unfinished sentence, unlikely last word, turn model: not "
+            "finished, greeting, unsure, fallback, silence)", ["reason"], registry=r,
+            buckets=_BUCKETS)
         self.turn_total = hist("voice_turn_seconds", "whole turn duration")
         self.barge_in = hist("voice_barge_in_seconds", "barge-in detected to agent audio stopped")
         self.turns = Counter(

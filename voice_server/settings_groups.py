@@ -202,6 +202,12 @@ class VoiceSettings(BaseModel):
                                                   "chance of a sentence end is below this "
                                                   "(pipeline/readings.py; English "
                                                   "only); 0: off")
+    end_of_turn_words_complete_from: float = Field(0.2, ge=0, le=1, description="a turn the "
+                                                   "turn model is unsure of (between "
+                                                   "end_of_turn_unfinished_below and "
+                                                   "end_of_turn_complete_from) ends as complete "
+                                                   "when that language model gives its words' "
+                                                   "sentence end at least this chance (1: off)")
     end_of_turn_last_word_below: float = Field(-14.0, ge=-1000, le=0, description="a turn "
                                                "whose last word that language model finds "
                                                "this unlikely after the others (natural "

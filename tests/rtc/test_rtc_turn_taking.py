@@ -242,8 +242,8 @@ async def test_words_that_cut_an_unheard_answer_join_the_turn_they_follow(url, r
     grown = {reason: value - reasons_before.get(reason, 0.0)
              for reason, value in rtc_server.metrics.taken_back_by_reason().items()
              if value > reasons_before.get(reason, 0.0)}
-    assert sum(grown.values()) == 1 and set(grown) <= {"complete", "unsure", "fallback",
-                                                       "silence"}, grown
+    assert sum(grown.values()) == 1 and set(grown) <= {"complete", "words complete", "unsure",
+                                                       "fallback", "silence"}, grown
 
 
 async def test_an_acknowledgement_does_not_stop_the_agent(url, rtc_server, rtc_llm,

@@ -199,14 +199,15 @@ class Ending(NamedTuple):
 @dataclass(frozen=True)
 class Verdict:
     wait_ms: int  # trailing silence the turn needs before it ends
-    # "complete", "sign-off", "unfinished words", "unfinished reading", "unfinished sentence",
-    # "unlikely last word", "turn model: not finished", "greeting", "unsure", "fallback"
+    # "complete", "words complete", "sign-off", "unfinished words", "unfinished reading",
+    # "unfinished sentence", "unlikely last word", "turn model: not finished", "greeting",
+    # "unsure", "fallback"
     reason: str
     probability: float | None = None  # the turn model's, when it answered
 
     @property
     def complete(self) -> bool:
-        return self.reason == "complete"
+        return self.reason in ("complete", "words complete")
 
 
 @dataclass(frozen=True)
@@ -218,6 +219,7 @@ class EndOfTurnPolicy:
     unfinished_below: float = 0.03  # and below which the speaker is surely not done
     sentence_end_below: float = 0.005  # a language model's chance of a sentence end
     last_word_below: float = -14.0  # and its log-probability of the last word: invented?
+    words_complete_from: float = 0.2  # a sentence end this likely settles an unsure voice
 
     def words_wait(self, transcript: str, alternatives: Sequence[str] = (),
                    probability: float | None = None) -> Verdict | None:
@@ -253,8 +255,13 @@ class EndOfTurnPolicy:
             return Verdict(self.fallback_ms, "fallback", probability)
         if probability < self.unfinished_below:
             return Verdict(self.max_ms, "turn model: not finished", probability)
-        if probability >= self.complete_from and only_a_greeting(words):
+        if only_a_greeting(words):
             return Verdict(self.fallback_ms, "greeting", probability)  # and what they want?
         if probability >= self.complete_from:
             return Verdict(self.commit_ms, "complete", probability)
+        if ending is not None and ending.sentence_end >= self.words_complete_from:
+            # a finished sentence the voice doubts (over WebRTC in our Piper voice: "Why is
+            # the sky blue?" 0.44, "What is 2 plus 2?" 0.48, words 0.63 and 0.28): the words
+            # settle it (docs/turn-taking.md)
+            return Verdict(self.commit_ms, "words complete", probability)
         return Verdict(self.fallback_ms, "unsure", probability)

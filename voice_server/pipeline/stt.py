@@ -347,7 +347,8 @@ class WhisperSTT(PooledModel):
                    rescore_weight=(settings.stt_rescore_weight
                                    if english or settings.stt_rescore_model else 0.0),
                    endings=((settings.end_of_turn_sentence_end_below > 0
-                             or settings.end_of_turn_last_word_below > -1000) and english),
+                             or settings.end_of_turn_last_word_below > -1000
+                             or settings.end_of_turn_words_complete_from < 1) and english),
                    on_restart=on_restart)
 
     async def transcribe(self, pcm: np.ndarray, *, urgent: bool = True) -> str:

@@ -119,7 +119,8 @@ class Listener:
             fallback_ms=values["end_silence_ms"], complete_from=s.end_of_turn_complete_from,
             unfinished_below=s.end_of_turn_unfinished_below,
             sentence_end_below=s.end_of_turn_sentence_end_below,
-            last_word_below=s.end_of_turn_last_word_below)
+            last_word_below=s.end_of_turn_last_word_below,
+            words_complete_from=s.end_of_turn_words_complete_from)
         self._ask_unfinished_ms = min(s.llm_unfinished_after_ms, s.end_of_turn_max_ms)
         if s.vad_spec_silence_ms:
             values["end_silence_ms"] = max(values["end_silence_ms"], s.end_of_turn_max_ms)

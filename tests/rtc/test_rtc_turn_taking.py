@@ -97,12 +97,59 @@ async def test_a_caller_who_signs_off_is_not_kept_waiting(url, rtc_llm, piper_sp
             "Thank you, that's all.", 48_000), _silence(2.5)]))
         await client.wait_for("tts-complete", timeout=scaled(60))
         await asyncio.sleep(0.5)
-        # the comma's pause may end a turn of "Thank you." first; the words after it join it
+        # the comma's pause may end a turn of "Thank you." first: "that's all" then signs
+        # off again and leaves its answer be (the next test); either way one turn, answered
         figures = client.messages("turn-metrics")[-1]
         final = [t["text"].lower() for t in client.messages("transcript") if t["isFinal"]]
-        assert "all" in final[-1], final
+        assert final and "thank you" in final[-1], final
         assert figures["endOfTurn"] == "sign-off", (figures, final)
         assert figures["endOfTurnMs"] < 1600, figures
+        assert [m["text"] for m in client.messages("llm")] == ["You're welcome, goodbye."]
+
+
+async def test_a_second_sign_off_does_not_cut_the_answer_to_the_first(url, rtc_server, rtc_llm,
+                                                                       piper_speech):
+    """"Thank you." [a pause] "That's all.": the first sign-off ends the turn, and the
+    second one, spoken before its answer is heard, leaves that answer to go on, where it cut
+    it and the two were answered again as one turn (a second request; the support playbook's
+    intent check and wrap-up again)."""
+    rtc_llm.script.clear()
+    before = len(rtc_llm.requests)
+    rtc_llm.add(Reply(text="You're welcome, goodbye.", delay_s=1.5), "Goodbye again.")
+    async with RtcClient(url) as client:
+        await client.negotiate()
+        client.mic.enqueue(np.concatenate([
+            _silence(1.0), piper_speech("Thank you.", 48_000), _silence(0.45),
+            piper_speech("That's all.", 48_000), _silence(3.0)]))
+        await client.wait_for("tts-complete", timeout=scaled(60))
+        await asyncio.sleep(1.0)
+        final = [t["text"] for t in client.messages("transcript") if t["isFinal"]]
+        asked = [m["messages"][-1]["content"] for m in rtc_llm.requests[before:]]
+        assert [m["text"] for m in client.messages("llm")] == ["You're welcome, goodbye."], (
+            final, asked)
+        assert not client.messages("tts-cancelled"), (final, asked)
+        assert len(asked) == 1 and "thank you" in asked[0].lower(), asked
+
+
+async def test_words_that_go_on_after_a_second_sign_off_still_cut_the_answer(url, rtc_server,
+                                                                             rtc_llm,
+                                                                             piper_speech):
+    """"Thank you." [a pause] "That's all, but my internet is still slow.": its first words
+    are a sign-off and leave the answer going, and its words judged again as the speech goes
+    on take the turn; the answer, not yet heard, is taken back and the whole is answered."""
+    rtc_llm.script.clear()
+    before = len(rtc_llm.requests)
+    rtc_llm.add(Reply(text="You're welcome, goodbye.", delay_s=4.0), "Let me check your line.")
+    async with RtcClient(url) as client:
+        await client.negotiate()
+        client.mic.enqueue(np.concatenate([
+            _silence(1.0), piper_speech("Thank you.", 48_000), _silence(0.45),
+            piper_speech("That's all, but my internet is still slow.", 48_000),
+            _silence(3.0)]))
+        await client.wait_for("tts-complete", timeout=scaled(60))
+        asked = [m["messages"][-1]["content"] for m in rtc_llm.requests[before:]]
+        assert len(asked) == 2 and "slow" in asked[-1].lower(), asked
+        assert [m["text"] for m in client.messages("llm")] == ["Let me check your line."]
 
 
 async def test_a_short_answer_to_the_agents_question_ends_its_turn(url, rtc_llm, make_speech):

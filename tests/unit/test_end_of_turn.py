@@ -14,6 +14,7 @@ from voice_server.pipeline.end_of_turn import (
     Ending,
     EndOfTurnPolicy,
     only_a_greeting,
+    only_signs_off,
     signs_off,
     unfinished,
 )
@@ -126,6 +127,19 @@ def test_a_bare_number_or_a_name_is_left_to_the_voice():
 ])
 def test_a_greeting_alone(text, greeting):
     assert only_a_greeting(text) is greeting
+
+
+@pytest.mark.parametrize(("text", "only"), [
+    ("That's all.", True), ("No, that's it, bye.", True), ("Thanks, bye.", True),
+    ("Okay, thank you.", True), ("Thank you very much, have a nice day!", True),
+    ("All right, thank you.", True), ("That's", False), ("Okay.", False), ("Yes.", False),
+    ("But my internet is still slow, thank you.", False), ("Cancel it, thanks.", False),
+    ("", False),
+])
+def test_words_that_only_sign_off(text, only):
+    """What a caller says over the answer to their sign-off that adds nothing to it
+    (barge_in_judge.py): sign-offs and the small words said with them."""
+    assert only_signs_off(text) is only
 
 
 def test_a_greeting_alone_waits_for_what_the_caller_wants():

@@ -43,7 +43,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-__all__ = ["Ending", "EndOfTurnPolicy", "Verdict", "only_a_greeting", "signs_off", "unfinished"]
+__all__ = ["Ending", "EndOfTurnPolicy", "Verdict", "only_a_greeting", "only_signs_off",
+           "signs_off", "unfinished"]
 
 _WORD = re.compile(r"[a-z0-9']+")
 # words a finished English sentence does not end on
@@ -153,6 +154,28 @@ def signs_off(text: str) -> bool:
     continues the same turn, or cuts an answer not yet heard and is heard again with it."""
     words = tuple(_words(text))
     return any(words[-len(phrase):] == phrase for phrase in _SIGN_OFFS)
+
+
+# said before or between sign-offs ("Okay, thank you.", "No, that's it.", "All right, bye.")
+_BEFORE_A_SIGN_OFF = frozenset("okay ok no yes yeah yep well alright all right great perfect "
+                               "so oh and then fine good".split())
+
+
+def only_signs_off(text: str) -> bool:
+    """"That's all.", "No, that's it, bye.", "Thanks, bye.": the words say nothing but that
+    the caller is done (sign-offs, and the small words said with them)."""
+    words = tuple(_words(text))
+    if not signs_off(text):
+        return False
+    while words:
+        phrase = next((p for p in _SIGN_OFFS if words[-len(p):] == p), None)
+        if phrase is not None:
+            words = words[:-len(phrase)]
+        elif words[-1] in _BEFORE_A_SIGN_OFF:
+            words = words[:-1]
+        else:
+            return False
+    return True
 
 
 def _goes_on_after_a_sign_off(transcript: str, reading: str) -> bool:

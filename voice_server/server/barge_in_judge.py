@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from ..llm.types import message_text
 from ..metrics import TurnRecord
 from ..pipeline.audio import STT_RATE
 from ..pipeline.barge_in import HUM_PROMPT, acknowledges, is_echo, no_words
 from ..pipeline.echo import EchoReference, echo_share
+from ..pipeline.end_of_turn import only_signs_off, signs_off
 from ..pipeline.stt import Hearing
 from ..pipeline.vad import StreamingVAD
 
@@ -150,7 +152,8 @@ class BargeInJudge:
             real = not no_words(words)  # the agent finished meanwhile: an ordinary utterance
         else:
             real = not acknowledges(words, heard.alternatives) and not (
-                barge.echo_share >= ECHO_WORDS_FROM and is_echo(words, barge.agent_said))
+                barge.echo_share >= ECHO_WORDS_FROM and is_echo(words, barge.agent_said)
+            ) and not _signs_off_again(words, turn)
         if not real:
             log.debug("not a barge-in: %r", words)
             barge.ignored = True
@@ -216,3 +219,12 @@ class BargeInJudge:
         barge.detected = time.monotonic()
         self.duck(barge.echo_share)
         self._judge(barge, vad.utterance_so_far()[-2 * RATE:])
+
+
+def _signs_off_again(words: str, turn: Turn) -> bool:
+    """The caller signs off again over the answer to their sign-off ("Okay, thank you," and
+    then "That's all." after the comma's pause): it adds nothing that answer does not meet,
+    so it goes on. Cut, it was unheard, and the two were answered again as one turn (the
+    support playbook's intent check and wrap-up, ~1.4 s on the embedded 1.5B). Words that go
+    on after the sign-off ("That's all, but ...") are judged again as the speech grows."""
+    return only_signs_off(words) and signs_off(message_text(turn.ctx.user_message))

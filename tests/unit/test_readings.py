@@ -306,7 +306,8 @@ async def test_the_speech_to_text_worker_judges_endings_only_when_asked():
     async with ComputePool(1) as pool:
         plain = WhisperSTT(pool, rescore_weight=0)
         assert await plain.ending("Who painted the Mona") is None  # no worker trip
-        off = load_settings(end_of_turn_sentence_end_below=0, end_of_turn_last_word_below=-1000)
+        off = load_settings(end_of_turn_sentence_end_below=0, end_of_turn_last_word_below=-1000,
+                            end_of_turn_words_complete_from=1)
         assert await WhisperSTT.from_settings(pool, off).ending("Who painted the Mona") is None
         german = load_settings(stt_language="de")
         assert await WhisperSTT.from_settings(pool, german).ending("Wer malte die Mona") is None

@@ -117,11 +117,7 @@ async def test_a_second_sign_off_does_not_cut_the_answer_to_the_first(url, rtc_s
     before = len(rtc_llm.requests)
     rtc_llm.add(Reply(text="You're welcome, goodbye.", delay_s=1.5), "Goodbye again.")
     async with RtcClient(url) as client:
-        await client.negotiate()
-        client.mic.enqueue(np.concatenate([
-            _silence(1.0), piper_speech("Thank you.", 48_000), _silence(0.45),
-            piper_speech("That's all.", 48_000), _silence(3.0)]))
-        await client.wait_for("tts-complete", timeout=scaled(60))
+        await _thank_you_then(client, piper_speech, "That's all.")
         await asyncio.sleep(1.0)
         final = [t["text"] for t in client.messages("transcript") if t["isFinal"]]
         asked = [m["messages"][-1]["content"] for m in rtc_llm.requests[before:]]
@@ -134,22 +130,27 @@ async def test_a_second_sign_off_does_not_cut_the_answer_to_the_first(url, rtc_s
 async def test_words_that_go_on_after_a_second_sign_off_still_cut_the_answer(url, rtc_server,
                                                                              rtc_llm,
                                                                              piper_speech):
-    """"Thank you." [a pause] "That's all, but my internet is still slow.": its first words
-    are a sign-off and leave the answer going, and its words judged again as the speech goes
-    on take the turn; the answer, not yet heard, is taken back and the whole is answered."""
+    """"Thank you." [a pause] "That's all, but my internet is still slow.": more than a
+    sign-off (its first words alone leave the answer going; judged again as the speech goes
+    on, it takes the turn): the answer, not yet heard, is taken back and the whole answered."""
     rtc_llm.script.clear()
     before = len(rtc_llm.requests)
     rtc_llm.add(Reply(text="You're welcome, goodbye.", delay_s=4.0), "Let me check your line.")
     async with RtcClient(url) as client:
-        await client.negotiate()
-        client.mic.enqueue(np.concatenate([
-            _silence(1.0), piper_speech("Thank you.", 48_000), _silence(0.45),
-            piper_speech("That's all, but my internet is still slow.", 48_000),
-            _silence(3.0)]))
-        await client.wait_for("tts-complete", timeout=scaled(60))
+        await _thank_you_then(client, piper_speech, "That's all, but my internet is still slow.")
         asked = [m["messages"][-1]["content"] for m in rtc_llm.requests[before:]]
         assert len(asked) == 2 and "slow" in asked[-1].lower(), asked
         assert [m["text"] for m in client.messages("llm")] == ["Let me check your line."]
+
+
+async def _thank_you_then(client: RtcClient, piper_speech, then: str) -> None:
+    """Say "Thank you.", pause 0.45 s (its turn ends after 200 ms), say ``then``, and wait for
+    the agent's answer to be spoken."""
+    await client.negotiate()
+    client.mic.enqueue(np.concatenate([
+        _silence(1.0), piper_speech("Thank you.", 48_000), _silence(0.45),
+        piper_speech(then, 48_000), _silence(3.0)]))
+    await client.wait_for("tts-complete", timeout=scaled(60))
 
 
 async def test_a_short_answer_to_the_agents_question_ends_its_turn(url, rtc_llm, make_speech):

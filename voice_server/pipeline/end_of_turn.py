@@ -152,8 +152,12 @@ def signs_off(text: str) -> bool:
     0.002-0.013: "... that I wanted"), so a caller who was done waited the longest silence,
     1.6 s. Said as the turn's last words, the caller has finished; one who goes on after all
     continues the same turn, or cuts an answer not yet heard and is heard again with it."""
-    words = tuple(_words(text))
-    return any(words[-len(phrase):] == phrase for phrase in _SIGN_OFFS)
+    return _sign_off_ending(tuple(_words(text))) is not None
+
+
+def _sign_off_ending(words: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The sign-off ``words`` end on, if any."""
+    return next((phrase for phrase in _SIGN_OFFS if words[-len(phrase):] == phrase), None)
 
 
 # said before or between sign-offs ("Okay, thank you.", "No, that's it.", "All right, bye.")
@@ -165,11 +169,10 @@ def only_signs_off(text: str) -> bool:
     """"That's all.", "No, that's it, bye.", "Thanks, bye.": the words say nothing but that
     the caller is done (sign-offs, and the small words said with them)."""
     words = tuple(_words(text))
-    if not signs_off(text):
+    if _sign_off_ending(words) is None:
         return False
     while words:
-        phrase = next((p for p in _SIGN_OFFS if words[-len(p):] == p), None)
-        if phrase is not None:
+        if (phrase := _sign_off_ending(words)) is not None:
             words = words[:-len(phrase)]
         elif words[-1] in _BEFORE_A_SIGN_OFF:
             words = words[:-1]

@@ -1,11 +1,15 @@
 """Benchmark: which of Whisper's readings the small language model picks (pipeline/readings.py),
-with the document start a reading is scored after (``ReadingScorer``) and without it (the first
-word then is the context, never scored), on the same readings.
+and the time it takes, three ways on the same readings: as the server does (``current``,
+``readings.pick``); with every spelling of the same letters competing ("Wi-Fi", "WiFi",
+"wifi"; ``every_spelling``, as before 2026-11-30); and without the document start a reading
+is scored after (``first_word_unscored``: the first word then is the context, never scored).
 
 Every spoken line of the other benchmarks (the questions, the restaurant's and the dental
-callers' lines), in our Piper voice and in espeak-ng, heard once by Whisper; the two pickers
-choose from the same readings. Prints JSON: lines heard right (the words said, numbers however
-written) by each, how many lines had readings competing, and the lines where they differ.
+callers' lines) and some with words written with and without hyphens, in our Piper voice and in
+espeak-ng, heard once by Whisper; the pickers choose from the same readings, each with its own
+model context. Prints JSON: lines heard right (the words said, numbers however written) by
+each, how many lines had readings competing for each, the total and slowest time spent
+choosing, and the lines where the picks differ in their words.
 
     python bench/readings_pick.py
 """
@@ -16,7 +20,9 @@ import asyncio
 import io
 import json
 import sys
+import time
 import wave
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -29,10 +35,51 @@ from _spoken_calls import CALLERS, VISITS, caller_lines, visit_lines  # noqa: E4
 
 from voice_server.compute import ComputePool  # noqa: E402
 from voice_server.llm.profiles import profile_model_path  # noqa: E402
+from voice_server.pipeline import readings  # noqa: E402
 from voice_server.pipeline.readings import ReadingScorer, competing, pick, said  # noqa: E402
 from voice_server.pipeline.stt import RESCORE_MARGIN, WhisperSTT  # noqa: E402
 
 WEIGHT = 0.2  # Settings.stt_rescore_weight's default
+# words a caller may say written with or without a hyphen or a space
+SPELLED = ["Hi, my Wi-Fi is really slow.", "My Wi-Fi keeps dropping out.",
+           "Can you reset my e-mail password?", "I need a follow-up appointment next week.",
+           "My wifi router is blinking red.", "I'd like to check in for a check-up.",
+           "Is there a drive-through near me?", "I want to sign up for the add-on.",
+           "Can I get a refund for the pre-order?", "My e-mail says my log-in failed.",
+           "The set-up of my Wi-Fi extender is stuck."]
+
+
+def every_spelling(found: Sequence[tuple[str, float]], margin: float) -> list[int]:
+    """``competing`` as it was: readings with the same letters but other hyphens or spaces
+    ("Wi-Fi", "wifi") each compete."""
+    if not found:
+        return []
+    contenders: dict[tuple[str, ...], int] = {}
+    for i, (text, score) in enumerate(found):
+        key = tuple(readings._WORD.findall(text.lower()))
+        if found[0][1] - score <= margin and key:
+            contenders.setdefault(key, i)
+    chosen = list(contenders.values())
+    return chosen if len({said(found[i][0]) for i in chosen}) >= 2 else []
+
+
+def _letters(text: str) -> str:
+    """The words said, however written: numbers as digits, no spaces or hyphens."""
+    return "".join(said(text))
+
+
+Rule = Callable[[Sequence[tuple[str, float]], float], list[int]]
+
+
+def _pick(found: Sequence[tuple[str, float]], scorer: ReadingScorer, rule: Rule | None) -> int:
+    """``readings.pick`` (``rule`` None), or its choice among the readings ``rule`` lets
+    compete."""
+    if rule is None:
+        return pick(found, scorer, weight=WEIGHT, margin=RESCORE_MARGIN)
+    chosen = rule(found, RESCORE_MARGIN)
+    if not chosen:
+        return 0
+    return max(chosen, key=lambda i: found[i][1] + WEIGHT * scorer(found[i][0]))
 
 
 def _pcm(wav_bytes: bytes) -> np.ndarray:
@@ -44,34 +91,45 @@ async def main() -> dict[str, object]:
     texts = [q[0] for q in quality.QUESTIONS + quality.EXTRA_QUESTIONS]
     texts += sorted({line for c in CALLERS for line in caller_lines(c)} |
                     {line for v in VISITS for line in visit_lines(v)})
+    texts += SPELLED
     speech = {(voice, text): _pcm(wav) for voice, make in
               (("piper", quality.piper_wavs), ("espeak", quality.espeak_wavs))
               for text, wav in make(texts).items()}
-    scorers = {"with_start": ReadingScorer(profile_model_path("tiny"), endings=False),
-               "first_word_unscored": ReadingScorer(profile_model_path("tiny"), endings=False)}
-    scorers["first_word_unscored"]._start = []  # as before the document start
-    right = dict.fromkeys(scorers, 0)
-    contested, differ = 0, []
+    pickers: dict[str, tuple[ReadingScorer, Rule | None]] = {
+        name: (ReadingScorer(profile_model_path("tiny"), endings=False), rule)
+        for name, rule in (("current", None), ("every_spelling", every_spelling),
+                           ("first_word_unscored", None))}
+    pickers["first_word_unscored"][0]._start = []  # as before the document start
+    right = dict.fromkeys(pickers, 0)
+    contested = dict.fromkeys(pickers, 0)
+    spent: dict[str, list[float]] = {name: [] for name in pickers}
+    differ = []
     async with ComputePool(1) as pool:
         stt = WhisperSTT(pool)
         await stt.load()
         try:
             for (voice, text), pcm in speech.items():
                 heard = await stt.hear(pcm)
-                contested += bool(competing(heard.readings, RESCORE_MARGIN))
-                picked = {name: heard.readings[pick(heard.readings, scorer, weight=WEIGHT,
-                                                    margin=RESCORE_MARGIN)][0]
-                          for name, scorer in scorers.items()} if heard.readings else \
-                    dict.fromkeys(scorers, heard.text)
-                for name, reading in picked.items():
-                    right[name] += said(reading) == said(text)
-                if len(set(picked.values())) > 1:
+                picked = {}
+                for name, (scorer, rule) in pickers.items():
+                    contested[name] += bool(heard.readings and (rule or competing)(
+                        heard.readings, RESCORE_MARGIN))
+                    start = time.perf_counter()
+                    picked[name] = heard.readings[_pick(heard.readings, scorer, rule)][0] \
+                        if heard.readings else heard.text
+                    spent[name].append(time.perf_counter() - start)
+                    right[name] += _letters(picked[name]) == _letters(text)
+                if len({_letters(reading) for reading in picked.values()}) > 1:
                     differ.append({"voice": voice, "said": text, **picked})
         finally:
             await stt.aclose()
-            for scorer in scorers.values():
+            for scorer, _rule in pickers.values():
                 scorer.close()
-    return {"lines": len(speech), "contested": contested, "right": right, "differ": differ}
+    return {"lines": len(speech), "contested": contested, "right": right,
+            "choosing_ms": {name: {"total": round(sum(times) * 1000),
+                                   "max": round(max(times) * 1000)}
+                            for name, times in spent.items()},
+            "differ": differ}
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ def _fresh_script(request: pytest.FixtureRequest) -> None:
     if "fake_llm" in request.fixturenames:
         fake: FakeOpenAI = request.getfixturevalue("fake_llm")
         fake.script.clear()
+        fake.reply_for = None
 
 
 @pytest_asyncio.fixture

@@ -1,0 +1,201 @@
+"""Benchmark: does a turn end, and does nothing start one, with noise behind the speaker?
+
+Questions of bench/quality.py in our Piper voice, each with 1.5 s before it and 3 s after it,
+mixed with a noise that runs throughout: white, pink and brown noise (a fan, a road, a hum:
+what a browser's noise suppression mostly removes, and a phone line does not) and babble (two
+other Piper voices talking: a television, a café; no noise suppression removes it), at a
+signal-to-noise ratio of the question's voiced frames to the noise. Each mix is fed to the
+server's voice activity detection (``StreamingVAD`` with the default settings) as a call
+would feed it, and to Silero VAD v5 (the model Pipecat and LiveKit use, run here from
+Pipecat's wheel: speech at a probability of 0.5, silence below 0.35) as the reference.
+
+Per condition, for each: ``ended``, the questions after which silence was found within 1 s of
+the voice's end (the server's end-of-turn judges start there: its ``pause`` event); ``after_ms``
+the median time from the voice's end to it; ``noise_started``, the questions whose noise alone
+(the 1.5 s before) confirmed speech (200 ms of it: an utterance, or a barge-in on the agent);
+``pauses_inside``, the server's pauses while the question was still being said (each starts
+speculative speech to text; Silero's are not counted). Prints JSON.
+
+    python bench/noise_vad.py [--questions 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from voice_server.workers import OFFLINE_ENVIRONMENT  # noqa: E402
+
+os.environ.update(OFFLINE_ENVIRONMENT)  # onnxruntime reads it when imported
+
+from bench.quality import QUESTIONS  # noqa: E402
+
+RATE = 16000
+# silero_vad.onnx as pipecat-ai 1.14.0 ships it (the Makefile installs that wheel for Smart Turn)
+SILERO_SHA256 = "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3"
+LEAD_S, TAIL_S = 1.5, 3.0
+KINDS = ("white", "pink", "brown", "babble")
+SNRS_DB = (30, 20, 10, 5)
+BABBLE = ["I think we should go to the market later today.",
+          "She told me the train was late again this morning.",
+          "Do you want another cup of coffee or some tea?",
+          "The weather has been really strange this week, hasn't it?"]
+
+
+def _frame_rms(x: np.ndarray, frame: int = 320) -> np.ndarray:
+    usable = len(x) - len(x) % frame
+    return np.sqrt(np.mean(x[:usable].reshape(-1, frame) ** 2, axis=1))
+
+
+def _voiced_span(speech: np.ndarray) -> tuple[int, int, float]:
+    """First and last sample of the voice (frames within 30 dB of the loudest) and its level."""
+    levels = _frame_rms(speech)
+    loud = np.flatnonzero(levels >= levels.max() * 10 ** (-30 / 20))
+    return loud[0] * 320, (loud[-1] + 1) * 320, float(np.sqrt(np.mean(levels[loud] ** 2)))
+
+
+def _noise(kind: str, n: int, rng: np.random.Generator, babble: np.ndarray) -> np.ndarray:
+    if kind == "babble":  # two talkers, the same recordings a third apart
+        talk = np.tile(babble, n // len(babble) + 2)
+        offset = rng.integers(len(babble))
+        return talk[offset:offset + n] + np.roll(talk, len(babble) // 3)[offset:offset + n]
+    white = rng.standard_normal(n)
+    if kind == "white":
+        return white
+    spectrum = np.fft.rfft(white)
+    f = np.arange(len(spectrum), dtype=np.float64)
+    f[0] = 1.0
+    return np.fft.irfft(spectrum / (np.sqrt(f) if kind == "pink" else f), n)
+
+
+def _ours(mix: np.ndarray, onset: int, end: int) -> tuple[bool, float | None, int]:
+    from voice_server.config import load_settings
+    from voice_server.pipeline.vad import StreamingVAD, VADSettings
+
+    s = load_settings()
+    vad = StreamingVAD(VADSettings(
+        aggressiveness=s.vad_aggressiveness, min_speech_ms=s.vad_min_speech_ms,
+        end_silence_ms=max(s.vad_end_silence_ms, s.end_of_turn_max_ms),
+        pre_roll_ms=s.vad_pre_roll_ms, max_utterance_s=s.max_audio_seconds,
+        duck_ms=s.vad_duck_ms, spec_silence_ms=s.vad_spec_silence_ms,
+        quiet_below_db=s.vad_quiet_below_db))
+    started_by_noise, after, inside = False, None, 0
+    for i in range(0, len(mix) - 319, 320):
+        for event in vad.feed(mix[i:i + 320]):
+            at = event.at_s * RATE
+            if event.kind == "start" and at < onset:
+                started_by_noise = True
+            if event.kind in ("pause", "end") and after is None and at > end - 0.3 * RATE:
+                after = event.at_s - end / RATE
+            inside += int(event.kind == "pause" and onset < at < end - 0.3 * RATE)
+    return started_by_noise, after, inside
+
+
+class _Silero:
+    """Silero VAD v5 on 512-sample chunks (its ONNX interface: 64 samples of context, a state)."""
+
+    def __init__(self) -> None:
+        import hashlib
+        import importlib.util
+
+        import onnxruntime
+
+        spec = importlib.util.find_spec("pipecat")  # installed without its dependencies
+        assert spec is not None and spec.submodule_search_locations, "pipecat-ai is missing"
+        path = Path(spec.submodule_search_locations[0], "audio/vad/data/silero_vad.onnx")
+        if hashlib.sha256(path.read_bytes()).hexdigest() != SILERO_SHA256:
+            raise SystemExit(f"{path} is not the Silero VAD file this benchmark was made with")
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = options.inter_op_num_threads = 1
+        self.session = onnxruntime.InferenceSession(str(path), options,
+                                                    providers=["CPUExecutionProvider"])
+
+    def probabilities(self, pcm: np.ndarray) -> np.ndarray:
+        audio = pcm.astype(np.float32) / 32768
+        state = np.zeros((2, 1, 128), np.float32)
+        context = np.zeros((1, 64), np.float32)
+        out = []
+        for i in range(0, len(audio) - 511, 512):
+            chunk = np.concatenate([context, audio[None, i:i + 512]], axis=1)
+            p, state = self.session.run(None, {"input": chunk, "state": state,
+                                               "sr": np.array(RATE, np.int64)})
+            context = chunk[:, -64:]
+            out.append(float(p[0, 0]))
+        return np.asarray(out)
+
+    def judge(self, mix: np.ndarray, onset: int, end: int) -> tuple[bool, float | None, int]:
+        p = self.probabilities(mix)
+        chunk_s = 512 / RATE
+        lead = p[:onset // 512]
+        run = longest = 0
+        for value in lead:
+            run = run + 1 if value >= 0.5 else 0
+            longest = max(longest, run)
+        started_by_noise = longest * chunk_s >= 0.2
+        first = max(0, int((end / RATE - 0.3) / chunk_s))
+        quiet = 0
+        for i in range(first, len(p)):  # two chunks (64 ms) below 0.35: silence found
+            quiet = quiet + 1 if p[i] < 0.35 else 0
+            if quiet == 2:
+                return started_by_noise, (i + 1) * chunk_s - end / RATE, 0
+        return started_by_noise, None, 0
+
+
+def main() -> dict[str, object]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--questions", type=int, default=10)
+    args = parser.parse_args()
+
+    from voice_server.pipeline.audio import resample
+    from voice_server.pipeline.tts import PiperService, default_piper_voice
+
+    piper = PiperService(voice=str(default_piper_voice()))
+
+    def speak(text: str) -> np.ndarray:
+        return resample(piper.synthesize(text, False), piper.sample_rate,
+                        RATE).astype(np.float64)
+
+    rng = np.random.default_rng(7)
+    questions = [speak(q[0]) for q in QUESTIONS[:args.questions]]
+    babble = np.concatenate([speak(text) for text in BABBLE])
+    silero = _Silero()
+    results: list[dict[str, object]] = []
+    for kind in ("none", *KINDS):
+        for snr in (None,) if kind == "none" else SNRS_DB:
+            tally: dict[str, dict[str, list]] = {"ours": {}, "silero": {}}
+            for name in tally:
+                tally[name] = {"started": [], "after": [], "inside": []}
+            for speech in questions:
+                first, last, level = _voiced_span(speech)
+                mix = np.concatenate([np.zeros(int(LEAD_S * RATE)), speech,
+                                      np.zeros(int(TAIL_S * RATE))])
+                if snr is not None:
+                    noise = _noise(kind, len(mix), rng, babble)
+                    mix += noise / np.sqrt(np.mean(noise ** 2)) * level / 10 ** (snr / 20)
+                pcm = np.clip(mix, -32768, 32767).astype(np.int16)
+                onset, end = int(LEAD_S * RATE) + first, int(LEAD_S * RATE) + last
+                for name, judge in (("ours", _ours), ("silero", silero.judge)):
+                    started, after, inside = judge(pcm, onset, end)
+                    tally[name]["started"].append(started)
+                    tally[name]["after"].append(after)
+                    tally[name]["inside"].append(inside)
+            row: dict[str, object] = {"noise": kind, "snr_db": snr}
+            for name, t in tally.items():
+                found = [a for a in t["after"] if a is not None and a <= 1.0]
+                row[name] = {"ended": len(found), "after_ms": round(float(np.median(found)) *
+                                                                    1000) if found else None,
+                             "noise_started": sum(t["started"]),
+                             "pauses_inside": int(sum(t["inside"]))}
+            results.append(row)
+            print(json.dumps(row), file=sys.stderr)
+    return {"questions": len(questions), "conditions": results}
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(), indent=1))

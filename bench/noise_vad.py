@@ -74,17 +74,25 @@ def _noise(kind: str, n: int, rng: np.random.Generator, babble: np.ndarray) -> n
     return np.fft.irfft(spectrum / (np.sqrt(f) if kind == "pink" else f), n)
 
 
-def _ours(mix: np.ndarray, onset: int, end: int) -> tuple[bool, float | None, int]:
+def _server_vad_settings() -> object:
+    """The VAD settings the server's listener makes from the default settings."""
     from voice_server.config import load_settings
-    from voice_server.pipeline.vad import StreamingVAD, VADSettings
+    from voice_server.pipeline.vad import VADSettings
 
     s = load_settings()
-    vad = StreamingVAD(VADSettings(
+    return VADSettings(
         aggressiveness=s.vad_aggressiveness, min_speech_ms=s.vad_min_speech_ms,
         end_silence_ms=max(s.vad_end_silence_ms, s.end_of_turn_max_ms),
         pre_roll_ms=s.vad_pre_roll_ms, max_utterance_s=s.max_audio_seconds,
         duck_ms=s.vad_duck_ms, spec_silence_ms=s.vad_spec_silence_ms,
-        quiet_below_db=s.vad_quiet_below_db))
+        quiet_below_db=s.vad_quiet_below_db)
+
+
+def _ours(settings: object, mix: np.ndarray, onset: int, end: int
+          ) -> tuple[bool, float | None, int]:
+    from voice_server.pipeline.vad import StreamingVAD
+
+    vad = StreamingVAD(settings)  # type: ignore[arg-type]
     started_by_noise, after, inside = False, None, 0
     for i in range(0, len(mix) - 319, 320):
         for event in vad.feed(mix[i:i + 320]):
@@ -164,13 +172,13 @@ def main() -> dict[str, object]:
     rng = np.random.default_rng(7)
     questions = [speak(q[0]) for q in QUESTIONS[:args.questions]]
     babble = np.concatenate([speak(text) for text in BABBLE])
+    vad_settings = _server_vad_settings()
     silero = _Silero()
+    judges = {"ours": lambda *mix: _ours(vad_settings, *mix), "silero": silero.judge}
     results: list[dict[str, object]] = []
     for kind in ("none", *KINDS):
         for snr in (None,) if kind == "none" else SNRS_DB:
-            tally: dict[str, dict[str, list]] = {"ours": {}, "silero": {}}
-            for name in tally:
-                tally[name] = {"started": [], "after": [], "inside": []}
+            judged: dict[str, list[tuple[bool, float | None, int]]] = {n: [] for n in judges}
             for speech in questions:
                 first, last, level = _voiced_span(speech)
                 mix = np.concatenate([np.zeros(int(LEAD_S * RATE)), speech,
@@ -180,18 +188,15 @@ def main() -> dict[str, object]:
                     mix += noise / np.sqrt(np.mean(noise ** 2)) * level / 10 ** (snr / 20)
                 pcm = np.clip(mix, -32768, 32767).astype(np.int16)
                 onset, end = int(LEAD_S * RATE) + first, int(LEAD_S * RATE) + last
-                for name, judge in (("ours", _ours), ("silero", silero.judge)):
-                    started, after, inside = judge(pcm, onset, end)
-                    tally[name]["started"].append(started)
-                    tally[name]["after"].append(after)
-                    tally[name]["inside"].append(inside)
+                for name, judge in judges.items():
+                    judged[name].append(judge(pcm, onset, end))
             row: dict[str, object] = {"noise": kind, "snr_db": snr}
-            for name, t in tally.items():
-                found = [a for a in t["after"] if a is not None and a <= 1.0]
+            for name, verdicts in judged.items():
+                started, afters, inside = zip(*verdicts, strict=True)
+                found = [a for a in afters if a is not None and a <= 1.0]
                 row[name] = {"ended": len(found), "after_ms": round(float(np.median(found)) *
                                                                     1000) if found else None,
-                             "noise_started": sum(t["started"]),
-                             "pauses_inside": int(sum(t["inside"]))}
+                             "noise_started": sum(started), "pauses_inside": int(sum(inside))}
             results.append(row)
             print(json.dumps(row), file=sys.stderr)
     return {"questions": len(questions), "conditions": results}

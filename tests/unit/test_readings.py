@@ -109,6 +109,27 @@ def test_readings_that_differ_only_in_hyphens_spaces_or_case_are_one():
     assert competing(router, 0.2) == [0, 1]  # different words still compete
 
 
+def test_a_reading_that_leaves_out_words_does_not_compete_with_the_whole():
+    """Whisper tiny.en's readings of one of 40 dithered espeak-ng renditions of "Seven in the
+    evening, please. My name is Peter.": the language model preferred the half, "My name is
+    Peter." (fewer words, fewer unlikely tokens), and the booking lost its time. Between a
+    reading and one with two words or more left out or added, the audio decides; one word
+    ("What is the capital?" against "What is the capital of?") still competes."""
+    peter = [("7 in the evening, please, my name is Peter", -0.70), ("My name is Peter.", -0.73),
+             ("7 in the evening, please. My name is Peter", -0.78), ("My name is Peter.", -1.0),
+             ("7 in the evening, please.", -1.06)]
+    assert competing(peter, 0.2) == []
+    assert pick(peter, lambda text: 0.0 if text == "My name is Peter." else -9.0,
+                weight=0.2, margin=0.2) == 0
+    half_first = [("My name is Peter.", -0.70), ("Seven in the evening. My name is Peter.", -0.72)]
+    assert competing(half_first, 0.2) == []  # nor the other way round: the audio's best stays
+    thanks = [("What is the capital of France?", -0.3), ("What is the capital of friends?", -0.35),
+              ("What is the capital of France? Thank you.", -0.4)]
+    assert competing(thanks, 0.2) == [0, 1]  # words added at the end do not compete either
+    one_word = [("What is the capital?", -0.3), ("What is the capital of?", -0.35)]
+    assert competing(one_word, 0.2) == [0, 1]
+
+
 @pytest.mark.slow
 def test_the_bundled_model_prefers_the_sentence_people_say():
     scorer = ReadingScorer(default_rescore_model())

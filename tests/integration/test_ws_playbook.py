@@ -28,8 +28,8 @@ async def test_playbook_voice_turns_collect_book_and_emit_events(scripted_server
     party size and asks for the time; the next turn gives it with a name, and the engine books:
     tool-call-start, tool-call-end{durationMs}, stage-change, llm (the tool's confirmation),
     tts, in that order. The endpoint answers each note by the words it notes, not in the order
-    asked. sox dithers, so each run's clips are other audio: in 2 of 40 renditions of the
-    second, the language model that breaks near-ties chose Whisper's "My name is Peter." over
+    asked. When sox dithered the clips (each run's audio other), in 2 of 40 renditions of the
+    second the language model that breaks near-ties chose Whisper's "My name is Peter." over
     the whole sentence, and without the time the engine rightly asked for it again (readings.py
     now lets the audio decide between a reading and one that leaves words out)."""
     def note(body: dict) -> Reply | None:

@@ -80,16 +80,22 @@ def _noise(kind: str, n: int, rng: np.random.Generator, babble: np.ndarray) -> n
     return np.fft.irfft(spectrum / (np.sqrt(f) if kind == "pink" else f), n)
 
 
-def _ours(settings: object, mix: np.ndarray, onset: int, end: int,
-          speech: object | None = None) -> tuple[bool, float | None, int]:
-    """The server's VAD (``settings``: its ``VADSettings``) on ``mix`` fed 32 ms at a time,
-    each chunk followed by what the speech model (``speech``: a ``SileroVAD``; None: none,
-    webrtcvad alone) heard in it, as the server's listener tells it once the model's worker
-    answers (~0.5 ms later when idle)."""
+def _ours(mix: np.ndarray, onset: int, end: int, speech: object | None = None
+          ) -> tuple[bool, float | None, int]:
+    """The server's VAD on ``mix`` fed 32 ms at a time, each told first what the speech model
+    (``speech``: a ``SileroVAD``; None: none, webrtcvad alone) heard in it; the server's
+    listener tells it as soon as the model's worker answers (~0.5 ms later when idle)."""
+    from voice_server.config import load_settings
     from voice_server.pipeline.speech_model import CHUNK
-    from voice_server.pipeline.vad import StreamingVAD
+    from voice_server.pipeline.vad import StreamingVAD, VADSettings
 
-    vad = StreamingVAD(settings)  # type: ignore[arg-type]
+    s = load_settings()
+    vad = StreamingVAD(VADSettings(
+        aggressiveness=s.vad_aggressiveness, min_speech_ms=s.vad_min_speech_ms,
+        end_silence_ms=max(s.vad_end_silence_ms, s.end_of_turn_max_ms),
+        pre_roll_ms=s.vad_pre_roll_ms, max_utterance_s=s.max_audio_seconds,
+        duck_ms=s.vad_duck_ms, spec_silence_ms=s.vad_spec_silence_ms,
+        quiet_below_db=s.vad_quiet_below_db, noisy_after_ms=s.vad_noisy_after_ms))
     state = None
     started_by_noise, after, inside = False, None, 0
     for i in range(0, len(mix) - CHUNK + 1, CHUNK):
@@ -176,12 +182,9 @@ def main() -> dict[str, object]:
     questions = [speak(q[0]) for q in QUESTIONS[:args.questions]]
     babble = np.concatenate([speak(text) for text in BABBLE])
     silero = _Silero()
-    from voice_server.config import load_settings
     from voice_server.pipeline.speech_model import SileroVAD, default_speech_model
-    from voice_server.pipeline.vad import VADSettings
 
     model = SileroVAD(default_speech_model())
-    vad_settings = VADSettings.from_settings(load_settings())  # the server's, from its defaults
     results: list[dict[str, object]] = []
     for kind in ("none", *KINDS):
         for snr in (None,) if kind == "none" else SNRS_DB:
@@ -198,9 +201,8 @@ def main() -> dict[str, object]:
                     mix += noise / np.sqrt(np.mean(noise ** 2)) * level / 10 ** (snr / 20)
                 pcm = np.clip(mix, -32768, 32767).astype(np.int16)
                 onset, end = int(LEAD_S * RATE) + first, int(LEAD_S * RATE) + last
-                judges = (("ours", lambda *a: _ours(vad_settings, *a, speech=model)),
-                          ("ours_webrtcvad_alone", lambda *a: _ours(vad_settings, *a)),
-                          ("silero", silero.judge))
+                judges = (("ours", lambda *a: _ours(*a, speech=model)),
+                          ("ours_webrtcvad_alone", _ours), ("silero", silero.judge))
                 for name, judge in judges:
                     started, after, inside = judge(pcm, onset, end)
                     tally[name]["started"].append(started)

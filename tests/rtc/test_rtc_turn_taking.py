@@ -104,8 +104,7 @@ async def test_a_caller_who_signs_off_is_not_kept_waiting(url, rtc_llm, piper_sp
         assert final and "thank you" in final[-1], final
         assert figures["endOfTurn"] == "sign-off", (figures, final)
         assert figures["endOfTurnMs"] < 1600, figures
-        assert [m["text"] for m in client.messages("llm")] == ["You're welcome, goodbye."], (
-            final, client.messages("turn-metrics"), client.messages("transcript"))
+        assert [m["text"] for m in client.messages("llm")] == ["You're welcome, goodbye."]
 
 
 async def test_a_second_sign_off_does_not_cut_the_answer_to_the_first(url, rtc_server, rtc_llm,

@@ -38,7 +38,6 @@ from ..pipeline.stt import Hearing, STTError
 from ..pipeline.vad import StreamingVAD, VADEvent, VADSettings
 from ..protocol import Message, SpeechEnd, SpeechStart, Transcript
 from .barge_in_judge import BargeInJudge, Playback
-from .speech_gate import SpeechGate, SpeechModel
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -86,8 +85,6 @@ class Listener:
     busy: Callable[[], bool]  # the compute pool is saturated: skip best-effort work
     # the LLM runs on this machine's cores: it is asked once the words are judged, not beside
     llm_shares_cpu: bool = False
-    # hears speech where webrtcvad hears noise too (vad.py ``model_heard``; None: webrtcvad alone)
-    speech_model: SpeechModel | None = None
 
     def __post_init__(self) -> None:
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -106,8 +103,6 @@ class Listener:
         self._closed = False
         self._policy = EndOfTurnPolicy()
         self._vad = StreamingVAD(self.vad_settings())
-        self._gate = SpeechGate(self.speech_model, self._spawn) if \
-            self.speech_model is not None and self.settings.vad_noisy_after_ms else None
 
     # ---- settings ------------------------------------------------------------------------
     def vad_settings(self) -> VADSettings:
@@ -132,21 +127,13 @@ class Listener:
         return VADSettings(max_utterance_s=s.max_audio_seconds, duck_ms=s.vad_duck_ms,
                            barge_in_min_speech_ms=s.vad_barge_in_min_speech_ms,
                            spec_silence_ms=s.vad_spec_silence_ms,
-                           quiet_below_db=s.vad_quiet_below_db,
-                           noisy_after_ms=s.vad_noisy_after_ms, **values)
+                           quiet_below_db=s.vad_quiet_below_db, **values)
 
     # ---- audio in --------------------------------------------------------------------------
     async def feed(self, pcm: np.ndarray) -> None:
         """16 kHz mono int16 audio, in order, as it arrives."""
         vad = self._vad
         vad.agent_speaking = self.conversation().agent_speaking
-        if self._gate is not None:
-            noisy = vad.noisy
-            for probability in self._gate.hear(pcm):
-                vad.model_heard(probability)
-            if vad.noisy != noisy:
-                log.info("the room is %s (%.2f s into the audio)",
-                         "noisy" if vad.noisy else "quiet again", vad.time_s)
         for event in vad.feed(pcm):
             await self._on_event(event)
         await self._barge_ins.step()

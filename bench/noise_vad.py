@@ -79,13 +79,7 @@ def _server_vad_settings() -> object:
     from voice_server.config import load_settings
     from voice_server.pipeline.vad import VADSettings
 
-    s = load_settings()
-    return VADSettings(
-        aggressiveness=s.vad_aggressiveness, min_speech_ms=s.vad_min_speech_ms,
-        end_silence_ms=max(s.vad_end_silence_ms, s.end_of_turn_max_ms),
-        pre_roll_ms=s.vad_pre_roll_ms, max_utterance_s=s.max_audio_seconds,
-        duck_ms=s.vad_duck_ms, spec_silence_ms=s.vad_spec_silence_ms,
-        quiet_below_db=s.vad_quiet_below_db)
+    return VADSettings.from_settings(load_settings())
 
 
 def _ours(settings: object, mix: np.ndarray, onset: int, end: int

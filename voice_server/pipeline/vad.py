@@ -38,12 +38,17 @@ cancellation).
 from __future__ import annotations
 
 import collections
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import webrtcvad
 
 from .audio import STT_RATE, rms
+
+if TYPE_CHECKING:
+    from ..config import Settings
 
 __all__ = ["StreamingVAD", "VADEvent", "VADSettings"]
 
@@ -66,6 +71,25 @@ class VADSettings:
     spec_silence_ms: int = 0  # trailing silence that emits ``pause`` (0: never)
     barge_in_min_speech_ms: int = 0  # confirmation minimum while the agent speaks (0: same)
     quiet_below_db: float = 40.0  # frames this far below the speech's median: not voice (0: off)
+
+    @classmethod
+    def from_settings(cls, settings: Settings,
+                      overrides: Mapping[str, Any] | None = None) -> VADSettings:
+        """The VAD the settings describe (the server's listener and ``bench/noise_vad.py``
+        alike); ``overrides``: a playbook stage's ``turn_taking`` values. With a speculative
+        pause (``vad_spec_silence_ms``) the VAD waits for the longest end of turn: the
+        end-of-turn verdict ends the turn sooner."""
+        s = settings
+        values = {"aggressiveness": s.vad_aggressiveness, "min_speech_ms": s.vad_min_speech_ms,
+                  "end_silence_ms": s.vad_end_silence_ms, "pre_roll_ms": s.vad_pre_roll_ms}
+        values.update({k: v for k, v in (overrides or {}).items()
+                       if k in values and v is not None})
+        if s.vad_spec_silence_ms:
+            values["end_silence_ms"] = max(values["end_silence_ms"], s.end_of_turn_max_ms)
+        return cls(max_utterance_s=s.max_audio_seconds, duck_ms=s.vad_duck_ms,
+                   barge_in_min_speech_ms=s.vad_barge_in_min_speech_ms,
+                   spec_silence_ms=s.vad_spec_silence_ms, quiet_below_db=s.vad_quiet_below_db,
+                   **values)
 
     def __post_init__(self) -> None:
         if self.frame_ms not in (10, 20, 30):

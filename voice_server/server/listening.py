@@ -106,28 +106,21 @@ class Listener:
 
     # ---- settings ------------------------------------------------------------------------
     def vad_settings(self) -> VADSettings:
-        """Server defaults, overridden by the current playbook stage's ``turn_taking``; with a
-        speculative pause the VAD waits for the longest end of turn and the verdict ends the
-        turn sooner."""
+        """The VAD's settings for the current playbook stage (``VADSettings.from_settings``),
+        and the end-of-turn policy that goes with them."""
         s = self.settings
-        values = {"aggressiveness": s.vad_aggressiveness, "min_speech_ms": s.vad_min_speech_ms,
-                  "end_silence_ms": s.vad_end_silence_ms, "pre_roll_ms": s.vad_pre_roll_ms}
         overrides = self.conversation().turn_taking()
-        values.update({k: v for k, v in overrides.items() if k in values and v is not None})
+        fallback = overrides.get("end_silence_ms")
         self._policy = EndOfTurnPolicy(
             commit_ms=s.end_of_turn_commit_ms, max_ms=s.end_of_turn_max_ms,
-            fallback_ms=values["end_silence_ms"], complete_from=s.end_of_turn_complete_from,
+            fallback_ms=s.vad_end_silence_ms if fallback is None else fallback,
+            complete_from=s.end_of_turn_complete_from,
             unfinished_below=s.end_of_turn_unfinished_below,
             sentence_end_below=s.end_of_turn_sentence_end_below,
             last_word_below=s.end_of_turn_last_word_below,
             words_complete_from=s.end_of_turn_words_complete_from)
         self._ask_unfinished_ms = min(s.llm_unfinished_after_ms, s.end_of_turn_max_ms)
-        if s.vad_spec_silence_ms:
-            values["end_silence_ms"] = max(values["end_silence_ms"], s.end_of_turn_max_ms)
-        return VADSettings(max_utterance_s=s.max_audio_seconds, duck_ms=s.vad_duck_ms,
-                           barge_in_min_speech_ms=s.vad_barge_in_min_speech_ms,
-                           spec_silence_ms=s.vad_spec_silence_ms,
-                           quiet_below_db=s.vad_quiet_below_db, **values)
+        return VADSettings.from_settings(s, overrides)
 
     # ---- audio in --------------------------------------------------------------------------
     async def feed(self, pcm: np.ndarray) -> None:

@@ -162,6 +162,11 @@ class VoiceSettings(BaseModel):
                                       "this many dB below the speech's median level is not "
                                       "voice whatever webrtcvad says (its hangover called "
                                       "~100 ms after the voice voiced; 0: off)")
+    vad_noisy_after_ms: int = Field(600, ge=0, le=2000, description="webrtcvad's voiced audio "
+                                    "in the last 2 s that the speech model (Silero VAD, in the "
+                                    "end-of-turn model's worker) hears as no speech, after "
+                                    "which only audio both hear as speech is voice: a noisy "
+                                    "room (0: webrtcvad alone)")
     vad_duck_ms: int = Field(20, ge=0, description="voiced audio during agent speech that pauses "
                              "the agent's audio until speech is confirmed or rejected (0: off)")
     vad_barge_in_min_speech_ms: int = Field(400, ge=0, description="voiced audio that confirms "

@@ -179,17 +179,15 @@ def test_forget_before_drops_the_start_of_the_utterance(question):
 
 
 def test_the_settings_make_the_server_s_vad_and_a_stage_overrides_them():
-    """``VADSettings.from_settings``, for the listener and the noise benchmark alike (whose
-    own copy of the recipe had left out the barge-in minimum): a stage's values replace the
-    defaults (None and unknown keys do not); with a speculative pause the VAD waits for the
-    longest end of turn (the verdict ends the turn sooner)."""
+    """``VADSettings.from_settings``, for the listener and the noise benchmark alike: a
+    stage's values replace the defaults (None and unknown keys do not); with a speculative
+    pause the VAD waits for the longest end of turn (the verdict ends the turn sooner)."""
     from voice_server.config import load_settings
 
     s = load_settings(vad_spec_silence_ms=200, end_of_turn_max_ms=1600, vad_end_silence_ms=500,
-                      vad_barge_in_min_speech_ms=350)
+                      vad_noisy_after_ms=400)
     vad = VADSettings.from_settings(s)
-    assert (vad.end_silence_ms, vad.spec_silence_ms, vad.barge_in_min_speech_ms) == \
-        (1600, 200, 350)
+    assert (vad.end_silence_ms, vad.spec_silence_ms, vad.noisy_after_ms) == (1600, 200, 400)
     assert vad.max_utterance_s == s.max_audio_seconds
     stage = VADSettings.from_settings(s, {"end_silence_ms": 2500, "min_speech_ms": None,
                                           "aggressiveness": 3, "colour": "blue"})

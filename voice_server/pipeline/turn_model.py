@@ -11,12 +11,16 @@ output is the probability (sigmoid) that the turn is complete.
 ``SmartTurnService`` runs it in a supervised worker process like the other models (workers/): a
 crash in onnxruntime fails that decision, never the server, and the turn falls back to the
 fixed silence. ``SmartTurn`` is the server's side, admitted by the compute pool as urgent work.
+The same worker runs the speech model of the voice activity detection (speech_model.py), whose
+calls are not admitted: 0.2 ms of work per 32 ms of a caller's audio, asked beside the VAD
+(which never waits for it: server/speech_gate.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,13 +28,16 @@ from typing import Any
 import numpy as np
 
 from ..compute import ComputePool
-from ..workers import ServiceSpec
+from ..workers import ServiceSpec, WorkerError
 from .audio import STT_RATE
 from .pooled import PooledModel, PooledWorker
+from .speech_model import SILERO_SHA256, SileroVAD, SpeechModelError, default_speech_model
 from .vad import KEEP_SILENCE_MS
 
 __all__ = ["SMART_TURN_SHA256", "SmartTurn", "SmartTurnService", "TurnModelError",
            "default_turn_model"]
+
+log = logging.getLogger(__name__)
 
 WINDOW = 8 * STT_RATE
 HEARD_SILENCE_MS = 200  # silence after the voice that the model hears (see features())
@@ -80,7 +87,8 @@ def features(pcm: np.ndarray, extractor: Callable[..., np.ndarray]) -> np.ndarra
 class SmartTurnService:
     """The model, loaded once in its worker process and checked with one pass."""
 
-    def __init__(self, *, model: str, threads: int = 1, sha256: str | None = None) -> None:
+    def __init__(self, *, model: str, threads: int = 1, sha256: str | None = None,
+                 speech_model: str | None = None, speech_sha256: str | None = None) -> None:
         import onnxruntime
         from faster_whisper.feature_extractor import FeatureExtractor
 
@@ -100,12 +108,25 @@ class SmartTurnService:
         probability = self.complete(np.zeros(STT_RATE, dtype=np.int16))  # self-test, and warm
         if not 0.0 <= probability <= 1.0:
             raise TurnModelError(f"the end-of-turn model's self-test gave {probability}")
+        try:
+            self._speech = SileroVAD(speech_model, speech_sha256) if speech_model else None
+        except SpeechModelError as exc:
+            raise TurnModelError(str(exc)) from exc
 
     def info(self) -> dict[str, Any]:
         return {"model": self.model_ref}
 
     def close(self) -> None:
         self._session = None
+        if self._speech is not None:
+            self._speech.close()
+
+    def speech(self, pcm: np.ndarray, state: np.ndarray | None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """``SileroVAD.speech`` (speech_model.py)."""
+        if self._speech is None:
+            raise TurnModelError("this worker runs no speech model")
+        return self._speech.speech(pcm, state)
 
     def complete(self, pcm: np.ndarray) -> float:
         """Probability that the turn in ``pcm`` (16 kHz, ending now) is complete."""
@@ -118,12 +139,20 @@ class SmartTurn(PooledModel):
 
     name = "smart-turn-v3.2"
 
-    def __init__(self, pool: ComputePool, *, model: str | None = None,
+    def __init__(self, pool: ComputePool, *, model: str | None = None, speech: bool = True,
                  on_restart: Callable[[str], None] | None = None) -> None:
+        """``speech``: the worker runs the speech model of the VAD too (``speech``)."""
         self.model_ref = model or str(default_turn_model())
+        self.speech_model: str | None = None
+        if speech:
+            try:
+                self.speech_model = str(default_speech_model())
+            except SpeechModelError as exc:  # webrtcvad alone hears the voice, as before
+                log.warning("%s; the VAD hears noise as voice", exc)
         spec = ServiceSpec(f"{__name__}:SmartTurnService", {
             "model": self.model_ref, "threads": 1,
-            "sha256": None if model else SMART_TURN_SHA256})
+            "sha256": None if model else SMART_TURN_SHA256,
+            "speech_model": self.speech_model, "speech_sha256": SILERO_SHA256})
         super().__init__(PooledWorker("turn", spec, pool, error=TurnModelError,
                                       what="end-of-turn model", on_restart=on_restart),
                          {"model": self.model_ref})
@@ -131,3 +160,15 @@ class SmartTurn(PooledModel):
     async def complete(self, pcm: np.ndarray) -> float:
         """Probability that the turn in ``pcm`` is complete (``TurnModelError`` on failure)."""
         return await self._models.call("complete", pcm, urgent=True)
+
+    async def speech(self, pcm: np.ndarray, state: np.ndarray | None
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """Silero's speech probabilities for whole chunks of a caller's audio, and the state
+        that goes with the next (speech_model.py), outside the compute pool (module
+        docstring); ``TurnModelError`` on failure or without a speech model."""
+        if self.speech_model is None:
+            raise TurnModelError("no speech model")
+        try:
+            return await self.worker.call("speech", pcm, state)
+        except WorkerError as exc:
+            raise TurnModelError(f"the speech model failed: {exc}") from exc

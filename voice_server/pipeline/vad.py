@@ -33,6 +33,17 @@ while the agent was silent; one that began over the agent's speech keeps webrtcv
 audio may carry the agent's echo, whose short gaps between words would otherwise make pauses (a
 turn of echoed words ended at the pause after "Stop." in a test of a client without echo
 cancellation).
+
+In noise webrtcvad hears voice where there is none: white or pink noise 10 dB below the voice
+and it finds no silence after a question, and the noise alone starts utterances
+(``bench/noise_vad.py``). The owner may tell the VAD what a speech model (Silero VAD,
+speech_model.py) heard in each 32 ms of the audio, in order, once it has (``model_heard``: late
+on a busy machine). Once webrtcvad has called ``noisy_after_ms`` of the last 2 s voiced where
+the model heard no speech, each chunk judged on webrtcvad's calls on that same audio, the room
+is noisy: a frame is then voice only when webrtcvad and the model's latest view both hear
+speech, until 2 s pass without such a chunk. In a quiet room webrtcvad decides alone, as
+quick as ever (the model hears an onset ~30 ms after it does: a barge-in would stop the agent
+that much later).
 """
 
 from __future__ import annotations
@@ -46,6 +57,7 @@ import numpy as np
 import webrtcvad
 
 from .audio import STT_RATE, rms
+from .speech_model import CHUNK
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -56,6 +68,11 @@ __all__ = ["StreamingVAD", "VADEvent", "VADSettings"]
 # and the end carry the same audio (the shorter the tail, the likelier Whisper's "... the sea.
 # Tell me": stt.cut_restart)
 KEEP_SILENCE_MS = 120
+# the speech model's probability that starts speech, and the one below which speech stops
+MODEL_SPEECH_FROM = 0.5
+MODEL_SILENCE_BELOW = 0.35
+NOISE_WINDOW_MS = 2000  # how far back webrtcvad's voiced frames that the model doubts count
+CALLS_KEPT_MS = 5000  # webrtcvad's calls kept for the model's late view (later: not judged)
 
 
 @dataclass(frozen=True)
@@ -71,6 +88,9 @@ class VADSettings:
     spec_silence_ms: int = 0  # trailing silence that emits ``pause`` (0: never)
     barge_in_min_speech_ms: int = 0  # confirmation minimum while the agent speaks (0: same)
     quiet_below_db: float = 40.0  # frames this far below the speech's median: not voice (0: off)
+    # webrtcvad's voiced frames the speech model doubts, in the last 2 s, that make the room
+    # noisy (module docstring; 0: the model is never asked)
+    noisy_after_ms: int = 600
 
     @classmethod
     def from_settings(cls, settings: Settings,
@@ -89,7 +109,7 @@ class VADSettings:
         return cls(max_utterance_s=s.max_audio_seconds, duck_ms=s.vad_duck_ms,
                    barge_in_min_speech_ms=s.vad_barge_in_min_speech_ms,
                    spec_silence_ms=s.vad_spec_silence_ms, quiet_below_db=s.vad_quiet_below_db,
-                   **values)
+                   noisy_after_ms=s.vad_noisy_after_ms, **values)
 
     def __post_init__(self) -> None:
         if self.frame_ms not in (10, 20, 30):
@@ -132,6 +152,13 @@ class StreamingVAD:
         self._onset_frame = 0
         self._ducked = False
         self._paused = False
+        self._model_speech: bool | None = None  # what the speech model heard last (None: none)
+        self._model_chunks = 0  # the chunks it has been told of
+        self._calls: collections.deque[bool] = collections.deque(  # webrtcvad's, by frame
+            maxlen=CALLS_KEPT_MS // s.frame_ms)
+        self._doubted: collections.deque[bool] = collections.deque(  # by chunk
+            maxlen=NOISE_WINDOW_MS * STT_RATE // 1000 // CHUNK)
+        self.noisy = False  # frames are voice only when the model hears speech too
         self.speaking = False
         self.agent_speaking = False  # set by the owner: raises the confirmation minimum
 
@@ -185,6 +212,43 @@ class StreamingVAD:
         frames = self._speech if self.speaking else [*self._pre, *self._candidate]
         return np.concatenate(frames) if frames else np.zeros(0, dtype=np.int16)
 
+    def model_heard(self, probability: float | None) -> None:
+        """What the speech model heard in the next ``CHUNK`` of the audio, in order from the
+        stream's start (the probability of speech; None: not asked, as for quiet audio, or it
+        failed). It may come late: the room's noise is judged on webrtcvad's calls on that same
+        chunk, so a late view never makes a quiet room noisy."""
+        chunk, self._model_chunks = self._model_chunks, self._model_chunks + 1
+        if probability is None:
+            self._model_speech = None
+            self.noisy = False
+            self._doubted.clear()
+            return
+        if probability >= MODEL_SPEECH_FROM:
+            self._model_speech = True
+        elif probability < MODEL_SILENCE_BELOW or self._model_speech is None:
+            self._model_speech = False
+        if not self.settings.noisy_after_ms:
+            return
+        # webrtcvad's calls on the frames that begin in this chunk, if still logged
+        first, last = (-(-edge * CHUNK // self._frame) for edge in (chunk, chunk + 1))
+        base = self._frames_seen - len(self._calls)
+        voiced = any(self._calls[f - base] for f in range(max(first, base), last)
+                     if f - base < len(self._calls))
+        if not self._model_speech:  # speech hides the noise: the room is judged without it
+            self._doubted.append(voiced)
+        doubted_ms = sum(self._doubted) * CHUNK * 1000 // STT_RATE
+        if doubted_ms >= self.settings.noisy_after_ms:
+            self.noisy = True
+        elif not doubted_ms:
+            self.noisy = False
+
+    def _heard(self, voiced: bool) -> bool:
+        """webrtcvad's call on a frame, and in a noisy room the speech model's latest too."""
+        self._calls.append(voiced)
+        if self._model_speech is None or not self.noisy:
+            return voiced
+        return voiced and self._model_speech
+
     def feed(self, pcm: np.ndarray) -> list[VADEvent]:
         data = np.concatenate([self._pending, np.asarray(pcm, dtype=np.int16)])
         usable = len(data) - len(data) % self._frame
@@ -199,7 +263,7 @@ class StreamingVAD:
     def _step(self, frame: np.ndarray) -> VADEvent | None:
         s = self.settings
         self._frames_seen += 1
-        voiced = self._vad.is_speech(frame.tobytes(), STT_RATE)
+        voiced = self._heard(self._vad.is_speech(frame.tobytes(), STT_RATE))
         if self.speaking:
             self._speech.append(frame)
             voice = voiced and self._is_voice(frame)

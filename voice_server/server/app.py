@@ -90,10 +90,14 @@ class VoiceServer:
                                 for n in settings.trusted_proxies]
         self.draining = False
         self.turn_model = self._end_of_turn_model()
+        # the VAD's speech model runs in the end-of-turn model's worker (turn_model.py)
+        self.speech_model = self.turn_model if self.turn_model is not None and \
+            self.turn_model.speech_model else None
         # the embedded model shares this machine's cores with the end-of-turn judges
         self.llm_shares_cpu = isinstance(self.router.default_provider, LoadsModel)
         self.rtc_factory = rtc_factory(settings, self.stt, lambda: self.pool.busy,
-                                       self.turn_model, llm_shares_cpu=self.llm_shares_cpu)
+                                       self.turn_model, speech_model=self.speech_model,
+                                       llm_shares_cpu=self.llm_shares_cpu)
         self.live: dict[str, Connection | PhoneCall] = {}  # session id -> who holds it
         self.last_turns: collections.deque[TurnRecord] = collections.deque(maxlen=200)
         self._responder = ChatResponder(
@@ -250,6 +254,7 @@ class VoiceServer:
             return None
         try:
             return SmartTurn(self.pool, model=None if choice == "smart-turn" else choice,
+                             speech=self.settings.vad_noisy_after_ms > 0,
                              on_restart=self.metrics.worker_restarted)
         except TurnModelError as exc:  # the words alone still judge the end of a turn
             log.warning("%s; turns end on the transcript's words and silence alone", exc)

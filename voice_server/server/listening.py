@@ -38,6 +38,7 @@ from ..pipeline.stt import Hearing, STTError
 from ..pipeline.vad import StreamingVAD, VADEvent, VADSettings
 from ..protocol import Message, SpeechEnd, SpeechStart, Transcript
 from .barge_in_judge import BargeInJudge, Playback
+from .speech_gate import SpeechGate, SpeechModel
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -85,6 +86,8 @@ class Listener:
     busy: Callable[[], bool]  # the compute pool is saturated: skip best-effort work
     # the LLM runs on this machine's cores: it is asked once the words are judged, not beside
     llm_shares_cpu: bool = False
+    # hears speech where webrtcvad hears noise too (vad.py ``model_heard``; None: webrtcvad alone)
+    speech_model: SpeechModel | None = None
 
     def __post_init__(self) -> None:
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -103,6 +106,8 @@ class Listener:
         self._closed = False
         self._policy = EndOfTurnPolicy()
         self._vad = StreamingVAD(self.vad_settings())
+        self._gate = SpeechGate(self.speech_model, self._spawn) if \
+            self.speech_model is not None and self.settings.vad_noisy_after_ms else None
 
     # ---- settings ------------------------------------------------------------------------
     def vad_settings(self) -> VADSettings:
@@ -127,6 +132,13 @@ class Listener:
         """16 kHz mono int16 audio, in order, as it arrives."""
         vad = self._vad
         vad.agent_speaking = self.conversation().agent_speaking
+        if self._gate is not None:
+            noisy = vad.noisy
+            for probability in self._gate.hear(pcm):
+                vad.model_heard(probability)
+            if vad.noisy != noisy:
+                log.info("the room is %s (%.2f s into the audio)",
+                         "noisy" if vad.noisy else "quiet again", vad.time_s)
         for event in vad.feed(pcm):
             await self._on_event(event)
         await self._barge_ins.step()

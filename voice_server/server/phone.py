@@ -247,7 +247,8 @@ class PhoneCall:
             self.line = line
             listener = Listener(
                 settings=self.settings, conversation=lambda: conversation, send=self._emit,
-                stt=server.stt, turn_model=server.turn_model, playback=line,
+                stt=server.stt, turn_model=server.turn_model,
+                speech_model=server.speech_model, playback=line,
                 speech_output=lambda: PlayoutSpeechOutput(line, self._emit),
                 busy=lambda: server.pool.busy, llm_shares_cpu=server.llm_shares_cpu)
             if greeting := server.greeting_for(session):

@@ -33,6 +33,7 @@ from .ice_policy import CandidatePolicy, filter_offer_candidates
 from .listening import Listener, TurnModel
 from .playout import PlayoutSpeechOutput
 from .rtc_audio import OutboundAudioTrack
+from .speech_gate import SpeechModel
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -74,13 +75,15 @@ def _ice_servers(config: list[dict[str, Any]]) -> list[RTCIceServer]:
 class RtcPeer:
     def __init__(self, conn: Signaling, *, settings: Settings, stt: Transcriber,
                  busy: Callable[[], bool], policy: CandidatePolicy,
-                 turn_model: TurnModel | None = None, llm_shares_cpu: bool = False) -> None:
+                 turn_model: TurnModel | None = None, speech_model: SpeechModel | None = None,
+                 llm_shares_cpu: bool = False) -> None:
         self._conn = conn
         self._settings = settings
         self._stt = stt
         self._busy = busy  # the compute pool is saturated: skip best-effort work
         self._policy = policy
         self._turn_model = turn_model
+        self._speech_model = speech_model
         self._llm_shares_cpu = llm_shares_cpu
         self._host_addresses = settings.ice_host_addresses
         self.pc = RTCPeerConnection(RTCConfiguration(
@@ -176,7 +179,8 @@ class RtcPeer:
         """Inbound audio at 16 kHz to the session's turn-taking (listening.py)."""
         listener = Listener(
             settings=self._settings, conversation=self._conversation, send=self._conn.send,
-            stt=self._stt, turn_model=self._turn_model, playback=self.outbound,
+            stt=self._stt, turn_model=self._turn_model, speech_model=self._speech_model,
+            playback=self.outbound,
             speech_output=lambda: PlayoutSpeechOutput(self.outbound, self._conn.send),
             busy=self._busy, llm_shares_cpu=self._llm_shares_cpu)
         resampler = Resampler(STT_RATE)
@@ -213,6 +217,7 @@ class RtcPeer:
 
 def rtc_factory(settings: Settings, stt: Transcriber, busy: Callable[[], bool],
                 turn_model: TurnModel | None = None, *,
+                speech_model: SpeechModel | None = None,
                 llm_shares_cpu: bool = False) -> Callable[[Signaling], RtcPeer]:
     """The per-connection WebRTC constructor the server uses for ``offer`` messages."""
     policy = CandidatePolicy.from_lists(settings.ice_candidate_allow,
@@ -221,6 +226,7 @@ def rtc_factory(settings: Settings, stt: Transcriber, busy: Callable[[], bool],
 
     def make(conn: Signaling) -> RtcPeer:
         return RtcPeer(conn, settings=settings, stt=stt, busy=busy, policy=policy,
-                       turn_model=turn_model, llm_shares_cpu=llm_shares_cpu)
+                       turn_model=turn_model, speech_model=speech_model,
+                       llm_shares_cpu=llm_shares_cpu)
 
     return make

@@ -1,6 +1,6 @@
 """Benchmark: does a turn end, and does nothing start one, with noise behind the speaker?
 
-Questions of bench/quality.py in our Piper voice, each with 1.5 s before it and 3 s after it,
+Questions of bench/quality.py in our Piper voice, each with 3 s before it and 3 s after it,
 mixed with a noise that runs throughout: white, pink and brown noise (a fan, a road, a hum:
 what a browser's noise suppression mostly removes, and a phone line does not) and babble (two
 other Piper voices talking: a television, a café; no noise suppression removes it), at a
@@ -9,12 +9,17 @@ server's voice activity detection (``StreamingVAD`` with the default settings) a
 would feed it, and to Silero VAD v5 (the model Pipecat and LiveKit use, run here from
 Pipecat's wheel: speech at a probability of 0.5, silence below 0.35) as the reference.
 
+``ours`` is the server as it runs (webrtcvad, and Silero once the room is noisy: pipeline/vad.py;
+the model's view of each 32 ms told once that audio is in, as soon as the listener can),
+``ours_webrtcvad_alone`` as it ran before 2026-11-30.
+
 Per condition, for each: ``ended``, the questions after which silence was found within 1 s of
 the voice's end (the server's end-of-turn judges start there: its ``pause`` event); ``after_ms``
 the median time from the voice's end to it; ``noise_started``, the questions whose noise alone
-(the 1.5 s before) confirmed speech (200 ms of it: an utterance, or a barge-in on the agent);
-``pauses_inside``, the server's pauses while the question was still being said (each starts
-speculative speech to text; Silero's are not counted). Prints JSON.
+confirmed speech in the 1.5 s before them, the noise having run 1.5 s already (200 ms of it: an
+utterance, or a barge-in on the agent); ``pauses_inside``, the server's pauses while the
+question was still being said (each starts speculative speech to text; Silero's are not
+counted). Prints JSON.
 
     python bench/noise_vad.py [--questions 10]
 """
@@ -39,7 +44,8 @@ from bench.quality import QUESTIONS  # noqa: E402
 RATE = 16000
 # silero_vad.onnx as pipecat-ai 1.14.0 ships it (the Makefile installs that wheel for Smart Turn)
 SILERO_SHA256 = "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3"
-LEAD_S, TAIL_S = 1.5, 3.0
+LEAD_S, TAIL_S = 3.0, 3.0
+SETTLED_S = 1.5  # noise this long before a start that counts (the room is known noisy by then)
 KINDS = ("white", "pink", "brown", "babble")
 SNRS_DB = (30, 20, 10, 5)
 BABBLE = ["I think we should go to the market later today.",
@@ -74,24 +80,27 @@ def _noise(kind: str, n: int, rng: np.random.Generator, babble: np.ndarray) -> n
     return np.fft.irfft(spectrum / (np.sqrt(f) if kind == "pink" else f), n)
 
 
-def _server_vad_settings() -> object:
-    """The VAD settings the server's listener makes from the default settings."""
-    from voice_server.config import load_settings
-    from voice_server.pipeline.vad import VADSettings
-
-    return VADSettings.from_settings(load_settings())
-
-
-def _ours(settings: object, mix: np.ndarray, onset: int, end: int
-          ) -> tuple[bool, float | None, int]:
+def _ours(settings: object, mix: np.ndarray, onset: int, end: int,
+          speech: object | None = None) -> tuple[bool, float | None, int]:
+    """The server's VAD (``settings``: its ``VADSettings``) on ``mix`` fed 32 ms at a time,
+    each chunk followed by what the speech model (``speech``: a ``SileroVAD``; None: none,
+    webrtcvad alone) heard in it, as the server's listener tells it once the model's worker
+    answers (~0.5 ms later when idle)."""
+    from voice_server.pipeline.speech_model import CHUNK
     from voice_server.pipeline.vad import StreamingVAD
 
     vad = StreamingVAD(settings)  # type: ignore[arg-type]
+    state = None
     started_by_noise, after, inside = False, None, 0
-    for i in range(0, len(mix) - 319, 320):
-        for event in vad.feed(mix[i:i + 320]):
+    for i in range(0, len(mix) - CHUNK + 1, CHUNK):
+        chunk = mix[i:i + CHUNK]
+        events = vad.feed(chunk)
+        if speech is not None:  # its view of a chunk comes once the chunk is in
+            probabilities, state = speech.speech(chunk, state)  # type: ignore[attr-defined]
+            vad.model_heard(float(probabilities[0]))
+        for event in events:
             at = event.at_s * RATE
-            if event.kind == "start" and at < onset:
+            if event.kind == "start" and SETTLED_S * RATE <= at < onset:
                 started_by_noise = True
             if event.kind in ("pause", "end") and after is None and at > end - 0.3 * RATE:
                 after = event.at_s - end / RATE
@@ -134,7 +143,7 @@ class _Silero:
     def judge(self, mix: np.ndarray, onset: int, end: int) -> tuple[bool, float | None, int]:
         p = self.probabilities(mix)
         chunk_s = 512 / RATE
-        lead = p[:onset // 512]
+        lead = p[int(SETTLED_S * RATE) // 512:onset // 512]
         run = longest = 0
         for value in lead:
             run = run + 1 if value >= 0.5 else 0
@@ -166,13 +175,20 @@ def main() -> dict[str, object]:
     rng = np.random.default_rng(7)
     questions = [speak(q[0]) for q in QUESTIONS[:args.questions]]
     babble = np.concatenate([speak(text) for text in BABBLE])
-    vad_settings = _server_vad_settings()
     silero = _Silero()
-    judges = {"ours": lambda *mix: _ours(vad_settings, *mix), "silero": silero.judge}
+    from voice_server.config import load_settings
+    from voice_server.pipeline.speech_model import SileroVAD, default_speech_model
+    from voice_server.pipeline.vad import VADSettings
+
+    model = SileroVAD(default_speech_model())
+    vad_settings = VADSettings.from_settings(load_settings())  # the server's, from its defaults
     results: list[dict[str, object]] = []
     for kind in ("none", *KINDS):
         for snr in (None,) if kind == "none" else SNRS_DB:
-            judged: dict[str, list[tuple[bool, float | None, int]]] = {n: [] for n in judges}
+            tally: dict[str, dict[str, list]] = {"ours": {}, "ours_webrtcvad_alone": {},
+                                                 "silero": {}}
+            for name in tally:
+                tally[name] = {"started": [], "after": [], "inside": []}
             for speech in questions:
                 first, last, level = _voiced_span(speech)
                 mix = np.concatenate([np.zeros(int(LEAD_S * RATE)), speech,
@@ -182,15 +198,21 @@ def main() -> dict[str, object]:
                     mix += noise / np.sqrt(np.mean(noise ** 2)) * level / 10 ** (snr / 20)
                 pcm = np.clip(mix, -32768, 32767).astype(np.int16)
                 onset, end = int(LEAD_S * RATE) + first, int(LEAD_S * RATE) + last
-                for name, judge in judges.items():
-                    judged[name].append(judge(pcm, onset, end))
+                judges = (("ours", lambda *a: _ours(vad_settings, *a, speech=model)),
+                          ("ours_webrtcvad_alone", lambda *a: _ours(vad_settings, *a)),
+                          ("silero", silero.judge))
+                for name, judge in judges:
+                    started, after, inside = judge(pcm, onset, end)
+                    tally[name]["started"].append(started)
+                    tally[name]["after"].append(after)
+                    tally[name]["inside"].append(inside)
             row: dict[str, object] = {"noise": kind, "snr_db": snr}
-            for name, verdicts in judged.items():
-                started, afters, inside = zip(*verdicts, strict=True)
-                found = [a for a in afters if a is not None and a <= 1.0]
+            for name, t in tally.items():
+                found = [a for a in t["after"] if a is not None and a <= 1.0]
                 row[name] = {"ended": len(found), "after_ms": round(float(np.median(found)) *
                                                                     1000) if found else None,
-                             "noise_started": sum(started), "pauses_inside": int(sum(inside))}
+                             "noise_started": sum(t["started"]),
+                             "pauses_inside": int(sum(t["inside"]))}
             results.append(row)
             print(json.dumps(row), file=sys.stderr)
     return {"questions": len(questions), "conditions": results}

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from voice_server.pipeline.audio import decode_wav, resample
-from voice_server.pipeline.echo import EchoReference, echo_share
+from voice_server.pipeline.echo import EchoReference, echo_share, without_echo
 
 RATE = 16_000
 T0 = 5_000.0  # a monotonic clock reading
@@ -96,3 +96,26 @@ def test_nothing_played_explains_nothing(user16):
     assert not ref.recent(1.0, T0).any()
     assert echo_share(user16[:RATE], ref.recent(2.0, T0)) == 0.0
     assert echo_share(np.zeros(RATE), np.zeros(2 * RATE)) == 0.0
+
+
+@pytest.mark.parametrize("gain", [0.1, 0.316])
+def test_the_echo_is_taken_out_of_the_users_voice(agent48, user16, gain):
+    """The echo alone for 0.6 s, then the user talking over it (-20 and -10 dB): what is left
+    is nearer their voice alone by more than 6 dB, so speech to text hears them and not the
+    agent; the echo alone is silenced."""
+    heard_at = T0 + 2.0 + 1.2 + 0.1
+    ref = _played(agent48, heard_at)
+    echo = _echo(agent48, 2.0, 1.2, gain)
+    user = np.concatenate([np.zeros(int(0.6 * RATE)), user16[:int(0.6 * RATE)]])
+    left = without_echo(echo + user, ref.recent(1.0 + 1.2, heard_at)).astype(np.float64)
+    before, after = float(echo @ echo), float((left - user) @ (left - user))
+    assert after < before / 4, (before, after)
+    assert not left[:int(0.4 * RATE)].any()
+
+
+def test_without_echo_to_find_nothing_is_taken_out(agent48, user16):
+    heard_at = T0 + 2.6
+    ref = _played(agent48, heard_at)
+    user = user16[:RATE]
+    left = without_echo(user, ref.recent(2.0, heard_at))
+    assert np.array_equal(left, np.round(user).astype(np.int16))

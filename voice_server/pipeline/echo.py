@@ -100,9 +100,9 @@ def without_echo(inbound: np.ndarray, reference: np.ndarray,
     the one found in blocks that are mostly echo (``TRUSTED_SHARE``), the nearest such block's
     for each block: where the user's voice hides the echo, the best fit is a chance one at some
     other delay, and took out a quarter of their voice's energy in a test. Without such a
-    block nothing is taken out. Through a lossy codec the subtraction leaves the echo 6-10 dB quieter, still
-    words to speech to text, so a block that is nearly all echo (``SILENCED_SHARE``) is
-    silenced. Same arguments as ``echo_share``; int16 out."""
+    block nothing is taken out. Through a lossy codec the subtraction leaves the echo 6-10 dB
+    quieter, still words to speech to text, so a block that is nearly all echo
+    (``SILENCED_SHARE``) is silenced. Same arguments as ``echo_share``; int16 out."""
     raw = np.asarray(inbound, dtype=np.float64)
     ref = np.asarray(reference, dtype=np.float64)
     x, y = _emphasis(raw), _emphasis(ref)

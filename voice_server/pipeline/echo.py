@@ -115,12 +115,11 @@ def without_echo(inbound: np.ndarray, reference: np.ndarray,
         lo = max(0, stop - delay - (end - start))
         share, at = _best_window(x[start:end], y[lo:stop])
         if share >= TRUSTED_SHARE:
-            lag = stop - (lo + at + end - start)
-            found.append((i, lag, _scale(x[start:end], y, stop - lag - (end - start))))
+            found.append((i, stop - (lo + at + end - start), _scale(x[start:end], y, lo + at)))
         if share >= SILENCED_SHARE:
             silenced.append((start, end))
     out = raw.copy()
-    if not found:
+    if not found:  # (nor any block to silence)
         return np.clip(np.round(out), -32768, 32767).astype(np.int16)
     most = 1.5 * max(scale for _, _, scale in found)
     for i, (start, end) in enumerate(blocks):

@@ -462,6 +462,13 @@ async def test_the_user_interrupts_through_the_echo(url, rtc_llm, make_speech, c
         await asyncio.sleep(2.5)
         mic.say(_wav48(make_speech, "Stop. When does the market open?", pad=(0.0, 0.0)))
         await client.wait_for("tts-cancelled", timeout=scaled(30))
+        # the first judgement of the user's words stops the agent: judged with the echo kept
+        # before the voice in it, Whisper heard the agent's words ("With the light") and, at
+        # an echo share of 0.2 or more, took them for echo, and the agent went on over the
+        # question (barge_in_judge.py, pipeline/echo.without_echo)
+        judged = [r.getMessage() for r in caplog.records
+                  if r.getMessage().startswith(("barge-in:", "not a barge-in:"))]
+        assert judged and judged[0].startswith("barge-in:"), judged
         # the question is asked; "Stop." and its pause may make a turn of their own first
         # (tiny.en seldom hears espeak-ng's "Stop.", and its "market" is sometimes "mark get")
         def questions() -> list[str]:

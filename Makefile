@@ -2,7 +2,8 @@
 #   make serve   install everything (venv + bundled models) and start the server on 127.0.0.1:8787
 #   make test    install test dependencies (apt packages too, as root) and run the whole suite
 
-PYTHON ?= python3
+# empty: python3, or the newest python3.1x on PATH when python3 is older than 3.11
+PYTHON ?=
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
@@ -25,7 +26,7 @@ TEST_WORKERS ?= 2
 .PHONY: serve test install install-test system-test-deps node-test-deps lint clean
 
 $(STAMP): pyproject.toml scripts/install-llama-cpp.sh scripts/make-venv.sh Makefile
-	scripts/make-venv.sh $(PYTHON) $(VENV)
+	scripts/make-venv.sh "$(PYTHON)" $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	NATIVE=$(NATIVE) scripts/install-llama-cpp.sh $(PY)
 	$(PIP) install --quiet -e '.[test]'

@@ -30,6 +30,42 @@ def test_a_python_older_than_3_11_is_named(tmp_path: Path) -> None:
     assert not (tmp_path / "venv").exists()
 
 
+def _old_python(folder: Path, name: str = "python3") -> None:
+    folder.mkdir(exist_ok=True)
+    old = folder / name
+    old.write_text("#!/bin/sh\n[ \"$1\" = -V ] && echo 'Python 3.10.12' && exit 0\nexit 1\n")
+    old.chmod(0o755)
+
+
+def test_without_a_named_python_a_newer_one_beside_an_old_python3_is_found(
+        tmp_path: Path) -> None:
+    """Ubuntu 22.04: python3 is 3.10, and `apt install python3.11` puts python3.11 beside it.
+    `make serve` names no Python: the venv is made with python3.11, not refused."""
+    bin_dir = tmp_path / "bin"
+    _old_python(bin_dir)
+    (bin_dir / "python3.11").symlink_to(sys.executable)
+    venv = tmp_path / "venv"
+    proc = _run("/bin/sh", str(SCRIPTS / "make-venv.sh"), "", str(venv),
+                env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    assert "python3 is Python 3.10.12; using python3.11" in proc.stdout
+    made = _run(str(venv / "bin" / "python"), "-c", "import sys; print(sys.version_info[:2])")
+    assert made.stdout.strip() == str(tuple(sys.version_info[:2]))
+
+
+def test_without_any_new_enough_python_the_install_says_how_to_get_one(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    _old_python(bin_dir)
+    # a PATH with sh and the old python3 alone (no system python3.11 behind it)
+    (bin_dir / "sh").symlink_to(shutil.which("sh"))
+    proc = _run(str(bin_dir / "sh"), str(SCRIPTS / "make-venv.sh"), "",
+                str(tmp_path / "venv"), env={"PATH": str(bin_dir)})
+    assert proc.returncode == 1
+    assert "python3: Python 3.10.12" in proc.stderr
+    assert "sudo apt-get install python3.11 python3.11-venv" in proc.stderr
+    assert not (tmp_path / "venv").exists()
+
+
 def test_a_venv_left_without_pip_is_made_again(tmp_path: Path) -> None:
     """What a failed `python3 -m venv` leaves on Debian without python3-venv: the folder and
     its python, no pip. Every later `make` took it for a good venv."""

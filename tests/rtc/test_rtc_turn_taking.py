@@ -493,5 +493,8 @@ async def test_the_user_interrupts_through_the_echo(url, rtc_llm, make_speech, c
         asked = questions()
         assert "open" in asked[-1], asked
         # the turn starts near the user's voice, not at the echo that came before it (it
-        # began "the weather today is sunny and warm with a lot. when does ...")
+        # began "the weather today is sunny and warm with a lot. when does ..."), and that
+        # echo is out of the turn's audio as it was out of the judged words (3 of 6 runs
+        # without: "with a light top when does the market open?")
         assert "the weather today" not in asked[-1], asked
+        assert "with a light" not in asked[-1].lower(), asked

@@ -178,6 +178,23 @@ def test_forget_before_drops_the_start_of_the_utterance(question):
     assert np.array_equal(end.pcm, whole.pcm[RATE // 2:])
 
 
+def test_replace_start_puts_the_cleaned_audio_in_the_utterance(question):
+    """The owner takes the agent's echo out of the utterance so far (barge_in_judge.py): the
+    utterance, and the end's audio, then carry the cleaned start and what followed as heard."""
+    pcm = np.concatenate([silence(1), question, silence(2)])
+    vad = StreamingVAD(VADSettings(end_silence_ms=600))
+    run(vad, pcm[:RATE * 2])
+    so_far = vad.utterance_so_far()
+    cleaned = (so_far // 2).astype(np.int16)
+    vad.replace_start(cleaned)
+    assert np.array_equal(vad.utterance_so_far(), cleaned)
+    end = next(e for e in run(vad, pcm[RATE * 2:]) if e.kind == "end")
+    whole = next(e for e in run(StreamingVAD(VADSettings(end_silence_ms=600)), pcm)
+                 if e.kind == "end")
+    assert np.array_equal(end.pcm[:len(cleaned)], cleaned)
+    assert np.array_equal(end.pcm[len(cleaned):], whole.pcm[len(cleaned):])
+
+
 def test_the_settings_make_the_server_s_vad_and_a_stage_overrides_them():
     """``VADSettings.from_settings``, for the listener and the noise benchmark alike: a
     stage's values replace the defaults (None and unknown keys do not); with a speculative

@@ -206,6 +206,15 @@ class StreamingVAD:
             del self._speech[:drop]
             self._voice_frames = max(0, self._voice_frames - drop)
 
+    def replace_start(self, pcm: np.ndarray) -> None:
+        """Put ``pcm`` (int16, from ``utterance_so_far``) in place of the utterance's first
+        whole frames: the same audio cleaned by the owner (the agent's echo taken out), so
+        that the turn's transcript hears what the barge-in was judged on."""
+        if not self.speaking:
+            return
+        for i in range(min(len(pcm) // self._frame, len(self._speech))):
+            self._speech[i] = pcm[i * self._frame:(i + 1) * self._frame]
+
     def voice_so_far(self) -> np.ndarray:
         """The voice heard last: the utterance in progress, or the candidate not yet confirmed
         with the pre-roll before it (what a barge-in is judged on before it counts)."""

@@ -182,11 +182,16 @@ class BargeInJudge:
     def is_echo(self, share: float) -> bool:
         return share >= self.settings.barge_in_echo_share
 
-    def _judge(self, barge: BargeIn, pcm: np.ndarray) -> None:
+    def _judge(self, barge: BargeIn, pcm: np.ndarray, *, whole: bool = True) -> None:
+        """Transcribe ``pcm``: the utterance so far (``whole``), or its latest part."""
         barge.judged_samples = self.vad().utterance_samples
-        if barge.after_echo:  # the echo kept before the voice out, or Whisper hears it
+        if barge.after_echo:  # the echo kept before the voice out, or Whisper hears it; and
+            # out of the turn too, or its transcript began with the agent's words ("with a
+            # light top when does the market open?", 3 of 6 runs of the echo test)
             played = self.playback.echo.recent(ECHO_DELAY_S + len(pcm) / RATE, time.monotonic())
             pcm = without_echo(pcm, played)
+            if whole:
+                self.vad().replace_start(pcm)
         barge.judge = self.spawn(self._words(pcm), "barge-in-words")
 
     async def _words(self, pcm: np.ndarray) -> Hearing:
@@ -230,7 +235,7 @@ class BargeInJudge:
             barge.after_echo = True
             barge.judge = None
             return
-        self._judge(barge, vad.utterance_so_far()[-2 * RATE:])
+        self._judge(barge, vad.utterance_so_far()[-2 * RATE:], whole=False)
 
 
 def _signs_off_again(words: str, turn: Turn) -> bool:

@@ -19,7 +19,9 @@ the median time from the voice's end to it; ``noise_started``, the questions who
 confirmed speech in the 1.5 s before them, the noise having run 1.5 s already (200 ms of it: an
 utterance, or a barge-in on the agent); ``pauses_inside``, the server's pauses while the
 question was still being said (each starts speculative speech to text; Silero's are not
-counted). Prints JSON.
+counted); ``noise_speaking``, the questions begun while an utterance the noise alone started,
+at any time, was still going on (their turn cannot end alone: the noise carries it on). Prints
+JSON.
 
     python bench/noise_vad.py [--questions 10]
 """
@@ -81,7 +83,7 @@ def _noise(kind: str, n: int, rng: np.random.Generator, babble: np.ndarray) -> n
 
 
 def _ours(settings: object, mix: np.ndarray, onset: int, end: int,
-          speech: object | None = None) -> tuple[bool, float | None, int]:
+          speech: object | None = None) -> tuple[bool, float | None, int, bool]:
     """The server's VAD (``settings``: its ``VADSettings``) on ``mix`` fed 32 ms at a time,
     each chunk followed by what the speech model (``speech``: a ``SileroVAD``; None: none,
     webrtcvad alone) heard in it, as the server's listener tells it once the model's worker
@@ -91,9 +93,11 @@ def _ours(settings: object, mix: np.ndarray, onset: int, end: int,
 
     vad = StreamingVAD(settings)  # type: ignore[arg-type]
     state = None
-    started_by_noise, after, inside = False, None, 0
+    started_by_noise, after, inside, speaking_at_onset = False, None, 0, False
     for i in range(0, len(mix) - CHUNK + 1, CHUNK):
         chunk = mix[i:i + CHUNK]
+        if i <= onset < i + CHUNK:
+            speaking_at_onset = vad.speaking
         events = vad.feed(chunk)
         if speech is not None:  # its view of a chunk comes once the chunk is in
             probabilities, state = speech.speech(chunk, state)  # type: ignore[attr-defined]
@@ -105,7 +109,7 @@ def _ours(settings: object, mix: np.ndarray, onset: int, end: int,
             if event.kind in ("pause", "end") and after is None and at > end - 0.3 * RATE:
                 after = event.at_s - end / RATE
             inside += int(event.kind == "pause" and onset < at < end - 0.3 * RATE)
-    return started_by_noise, after, inside
+    return started_by_noise, after, inside, speaking_at_onset
 
 
 class _Silero:
@@ -140,7 +144,8 @@ class _Silero:
             out.append(float(p[0, 0]))
         return np.asarray(out)
 
-    def judge(self, mix: np.ndarray, onset: int, end: int) -> tuple[bool, float | None, int]:
+    def judge(self, mix: np.ndarray, onset: int, end: int
+              ) -> tuple[bool, float | None, int, bool]:
         p = self.probabilities(mix)
         chunk_s = 512 / RATE
         lead = p[int(SETTLED_S * RATE) // 512:onset // 512]
@@ -149,13 +154,19 @@ class _Silero:
             run = run + 1 if value >= 0.5 else 0
             longest = max(longest, run)
         started_by_noise = longest * chunk_s >= 0.2
+        speaking = False  # before the question: 0.2 s at 0.5 starts speech, 64 ms below 0.35
+        run = quiet = 0  # ends it
+        for value in p[:onset // 512]:
+            run = run + 1 if value >= 0.5 else 0
+            quiet = quiet + 1 if value < 0.35 else 0
+            speaking = (speaking or run * chunk_s >= 0.2) and quiet < 2
         first = max(0, int((end / RATE - 0.3) / chunk_s))
         quiet = 0
         for i in range(first, len(p)):  # two chunks (64 ms) below 0.35: silence found
             quiet = quiet + 1 if p[i] < 0.35 else 0
             if quiet == 2:
-                return started_by_noise, (i + 1) * chunk_s - end / RATE, 0
-        return started_by_noise, None, 0
+                return started_by_noise, (i + 1) * chunk_s - end / RATE, 0, speaking
+        return started_by_noise, None, 0, speaking
 
 
 def main() -> dict[str, object]:
@@ -188,7 +199,7 @@ def main() -> dict[str, object]:
             tally: dict[str, dict[str, list]] = {"ours": {}, "ours_webrtcvad_alone": {},
                                                  "silero": {}}
             for name in tally:
-                tally[name] = {"started": [], "after": [], "inside": []}
+                tally[name] = {"started": [], "after": [], "inside": [], "speaking": []}
             for speech in questions:
                 first, last, level = _voiced_span(speech)
                 mix = np.concatenate([np.zeros(int(LEAD_S * RATE)), speech,
@@ -202,8 +213,9 @@ def main() -> dict[str, object]:
                           ("ours_webrtcvad_alone", lambda *a: _ours(vad_settings, *a)),
                           ("silero", silero.judge))
                 for name, judge in judges:
-                    started, after, inside = judge(pcm, onset, end)
+                    started, after, inside, speaking = judge(pcm, onset, end)
                     tally[name]["started"].append(started)
+                    tally[name]["speaking"].append(speaking)
                     tally[name]["after"].append(after)
                     tally[name]["inside"].append(inside)
             row: dict[str, object] = {"noise": kind, "snr_db": snr}
@@ -212,6 +224,7 @@ def main() -> dict[str, object]:
                 row[name] = {"ended": len(found), "after_ms": round(float(np.median(found)) *
                                                                     1000) if found else None,
                              "noise_started": sum(t["started"]),
+                             "noise_speaking": sum(t["speaking"]),
                              "pauses_inside": int(sum(t["inside"]))}
             results.append(row)
             print(json.dumps(row), file=sys.stderr)

@@ -49,12 +49,18 @@ install: $(STAMP)
 
 install-test: install system-test-deps node-test-deps
 
+# Node 18 or newer: older ones (Ubuntu 22.04's apt has 12) cannot run the packages
 node-test-deps:
-	@if command -v npm >/dev/null 2>&1; then \
+	@if ! command -v npm >/dev/null 2>&1; then \
+	  echo "npm not found: the Hyperswarm bridge and reference client tests will be skipped \
+	(install nodejs, npm)"; \
+	elif ! node -e 'process.exit(parseInt(process.versions.node) < 18 ? 1 : 0)'; then \
+	  echo "node $$(node --version) is older than 18: the Hyperswarm bridge and reference \
+	client tests will be skipped"; \
+	else \
 	  npm ci --prefix $(HYPERSWARM_BRIDGE) --no-audit --no-fund --silent; \
 	  npm ci --prefix $(REFERENCE_CLIENT) --no-audit --no-fund --silent; \
-	else echo "npm not found: the Hyperswarm bridge and reference client tests will be skipped \
-	(install nodejs, npm)"; fi
+	fi
 
 system-test-deps: install
 	scripts/install-test-deps.sh $(PY)

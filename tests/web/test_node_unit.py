@@ -16,6 +16,11 @@ def test_llmrtc_js_node_unit_tests() -> None:
     node = shutil.which("node")
     if node is None:
         pytest.skip("node is not installed (apt-get install nodejs)")
+    version = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30,
+                             check=False).stdout.strip()
+    if int(version.lstrip("v").split(".")[0] or 0) < 18:  # `node --test` came in Node 18
+        pytest.skip(f"node {version} is too old for `node --test` (18 or newer; Ubuntu "
+                    "22.04's apt has 12)")
     proc = subprocess.run(
         [node, "--test", "web_client/test/"],
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +26,23 @@ BRIDGE_DIR = Path(__file__).resolve().parent / "hyperswarm"
 _INSTALL_HINT = f"install it with: npm ci --prefix {BRIDGE_DIR}"
 
 
+NODE_MAJOR = 18  # the bridge's packages' "engines" (Ubuntu 22.04's apt has Node 12)
+
+
 def bridge_available() -> str | None:
-    """``None`` if Node and the bridge's packages are installed, else what is missing."""
-    if shutil.which("node") is None:
+    """``None`` if Node (18 or newer) and the bridge's packages are installed, else what is
+    missing."""
+    node = shutil.which("node")
+    if node is None:
         return "Node.js is not installed"
+    try:
+        version = subprocess.run([node, "--version"], capture_output=True, text=True,
+                                 timeout=10, check=True).stdout.strip()
+        major = int(version.lstrip("v").split(".")[0])
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return f"{node} does not say its version"
+    if major < NODE_MAJOR:
+        return f"Node.js {NODE_MAJOR} or newer is needed; {node} is {version}"
     if not (BRIDGE_DIR / "node_modules" / "hyperswarm").is_dir():
         return f"the Hyperswarm bridge's npm packages are missing; {_INSTALL_HINT}"
     return None

@@ -19,7 +19,7 @@ import math
 import re
 from typing import Any
 
-__all__ = ["compact_json", "loads_strict"]
+__all__ = ["compact_json", "has_lone_surrogate", "loads_strict"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -43,7 +43,8 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def _has_lone_surrogate(value: Any) -> bool:
+def has_lone_surrogate(value: Any) -> bool:
+    """True when a string anywhere in decoded JSON holds a lone surrogate."""
     stack = [value]
     while stack:  # iterative: decoded JSON may nest close to the recursion limit
         item = stack.pop()
@@ -65,6 +66,6 @@ def loads_strict(raw: str | bytes) -> Any:
         value = json.loads(raw, parse_constant=_not_json, parse_float=_finite_float)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
-    if _has_lone_surrogate(value):
+    if has_lone_surrogate(value):
         raise ValueError("a string holds a lone surrogate")
     return value

@@ -106,6 +106,7 @@ async def test_logical_errors_are_http_200(proxy, http, path, body, error):
     (b"{not json", "Invalid JSON payload"),
     (b"\xff\xfe", "Invalid JSON payload"),
     (b"[1, 2]", "Request body must be a JSON object"),
+    (b'{"prompt": "\\ud800"}', "Invalid JSON payload: a string holds a lone surrogate"),
 ])
 async def test_bad_bodies_are_http_400(proxy, http, body, error):
     """Undecodable or non-object bodies are 400s."""

@@ -160,6 +160,16 @@ async def test_strict_keys_and_bad_types_over_tcp(broker):
                        "error": "WireRequest.correlation_id must be a string"}
 
 
+async def test_a_lone_surrogate_is_refused_before_any_model(broker, fake_openai):
+    """A JSON escape can spell a lone surrogate; no provider can send it on (it is not
+    UTF-8): a request-level error naming it, where the client got the codec's text."""
+    payload = b'{"correlation_id":"s","prompts":["fine",[{"role":"user","content":"\\ud800"}]]}'
+    [frame] = await exchange(broker.port, struct.pack(">I", len(payload)) + payload)
+    assert frame == {"correlation_id": "s", "results": None, "error":
+                     "WireRequest holds a string with a lone surrogate (not valid UTF-8)"}
+    assert fake_openai.requests == []
+
+
 @pytest.mark.parametrize(("payload", "error"), [
     (b"[1]", "Frame JSON must be an object"),
     (b"{nope", "Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),

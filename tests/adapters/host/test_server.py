@@ -11,6 +11,7 @@ from tests.adapters.host.peer import TIMEOUT, Peer
 from tests.support.fake_openai import Reply
 from voice_server.adapters.host import HostOptions, HostServer
 from voice_server.adapters.host import messages as m
+from voice_server.adapters.host.codec import encode
 from voice_server.llm import LLMRouter
 from voice_server.llm.openai_compat import OpenAICompatProvider
 
@@ -126,6 +127,35 @@ async def test_abort_mid_stream(gated):
         assert [x["type"] for x in await peer.recv_until("chat_end")] == \
             ["chat_chunk", "chat_chunk", "chat_end"]
         peer.close()
+
+
+async def test_abort_in_the_same_read_as_its_chat_start_frees_the_slot(gated):
+    """chat_start and its abort in one write: the generation is cancelled before its first
+    step; its slot must come back all the same (it did not: MODEL_BUSY to every client until
+    a restart)."""
+    async with HostServer(LLMRouter({"prog": gated}, default="prog")) as server:
+        peer = await connect(server)
+        await peer.send(encode(m.chat_start("r1", "a b")) + encode(m.abort("r1")))
+        assert await peer.recv() == m.chat_end("r1", "abort")
+        assert not server.busy and not server.generations
+        gated.chunk_gate.set()
+        other = await Peer.open(server.port)
+        assert (await other.recv())["payload"]["status"] == "ready"
+        await other.send(m.chat_start("r2", "again"))
+        assert (await other.recv_until("chat_end"))[-1] == m.chat_end("r2", "stop")
+        peer.close()
+        other.close()
+
+
+async def test_a_lone_surrogate_prompt_is_a_bad_message(host, fake_openai):
+    """A JSON escape can spell a lone surrogate; no model can be sent it: BAD_MESSAGE, where
+    the model's client failed with GENERATION_FAILED and a logged traceback."""
+    peer = await connect(host)
+    await peer.send(b'{"type":"chat_start","request_id":"s","payload":{"prompt":"\\udc00a"}}\n')
+    assert await peer.recv() == m.error("BAD_MESSAGE", "Prompt is not valid Unicode (a lone "
+                                        "surrogate)", "s")
+    assert fake_openai.requests == []
+    peer.close()
 
 
 async def test_abort_of_another_sockets_request_is_ignored(gated):

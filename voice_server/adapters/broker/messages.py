@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...llm.errors import LLMError
+from ..wire_json import has_lone_surrogate
 from .codec import decode_payload
 from .errors import FrameError, WireValidationError
 
@@ -269,6 +270,9 @@ def try_parse_request(payload: bytes | dict[str, Any]) -> WireRequest | WireResp
     else:
         data = payload
     try:
+        if has_lone_surrogate(data):  # a JSON escape can spell one; no provider takes it
+            raise WireValidationError("WireRequest holds a string with a lone surrogate "
+                                      "(not valid UTF-8)")
         return WireRequest.from_dict(data)
     except WireValidationError as exc:
         cid = data.get("correlation_id") if isinstance(data, dict) else None

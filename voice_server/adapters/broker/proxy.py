@@ -16,6 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from ..kit import HTTPPort
+from ..wire_json import has_lone_surrogate
 from .messages import WireRequest, is_prompt, safe_error_message
 from .service import BrokerService
 
@@ -73,6 +74,8 @@ class BrokerProxy(HTTPPort):
             return _error(safe_error_message(exc), 400)
         if not isinstance(body, dict):
             return _error("Request body must be a JSON object", 400)
+        if has_lone_surrogate(body):
+            return _error("Invalid JSON payload: a string holds a lone surrogate", 400)
         value = body.get(key)
         if not (is_prompt(value) if key == "prompt" else
                 isinstance(value, list) and all(is_prompt(p) for p in value)):

@@ -27,6 +27,7 @@ from pydantic import Field
 from ...config import Settings
 from ...llm import ChatRequest, LLMError, LLMRouter
 from ..kit import StreamServer, StrictModel, with_defaults
+from ..wire_json import has_lone_surrogate
 from . import messages as m
 from .codec import MAX_LINE_BYTES, LineDecoder, encode
 from .errors import LineTooLong, ProtocolViolation
@@ -131,6 +132,10 @@ class _Connection:
         rid = message.request_id
         assert rid is not None  # validate() guarantees it for chat_start
         prompt = message.payload["prompt"]
+        if has_lone_surrogate(prompt):  # a JSON escape can spell one; no model takes it
+            await self.send(m.error(m.ErrorCode.BAD_MESSAGE, "Prompt is not valid Unicode "
+                                    "(a lone surrogate)", rid))
+            return
         if len(prompt.encode("utf-8", "surrogatepass")) > self.options.max_prompt_bytes:
             size = f"{self.options.max_prompt_bytes / 1024:g} KB"
             await self.send(m.error(m.ErrorCode.BAD_MESSAGE,
@@ -143,7 +148,16 @@ class _Connection:
         task = asyncio.create_task(self.generate(rid, prompt), name=f"host-generate-{rid}")
         self.active = (rid, task)
         self.host.generations.add(task)
-        task.add_done_callback(self.host.generations.discard)
+        task.add_done_callback(self._generation_done)
+
+    def _generation_done(self, task: asyncio.Task[None]) -> None:
+        """The slot back, however the generation ended: also when an ``abort`` in the same
+        read cancelled it before its first step (then no ``finally`` of it ever ran, and the
+        host answered MODEL_BUSY to everyone until restarted)."""
+        self.host.generations.discard(task)
+        self.host.release()
+        if self.active is not None and self.active[1] is task:
+            self.active = None
 
     async def abort(self, message: m.Message) -> None:
         if self.active is None or self.active[0] != message.request_id:
@@ -189,10 +203,6 @@ class _Connection:
             code, text = map_generation_error(exc, timeout_s)
             with contextlib.suppress(ConnectionError):
                 await self.send(m.error(code, text, rid))
-        finally:
-            self.host.release()
-            if self.active is not None and self.active[0] == rid:
-                self.active = None
 
 
 class HostServer(StreamServer):

@@ -68,6 +68,13 @@ async def test_the_webhook_answers_twiml_that_streams_the_call_here(phone_server
     async with aiohttp.ClientSession() as http, http.post(
             url, data=forged, headers={"X-Twilio-Signature": signature(url, CALL_FORM)}) as r:
         assert r.status == 403
+    async with aiohttp.ClientSession() as http:  # form bodies Twilio never sends: 400s,
+        # where each was a 500 with a logged traceback (a fuzzing run, 2026-11-30)
+        for content_type, body in (("multipart/form-data; boundary=x", b"--x\r\nbroken"),
+                                   ("multipart/form-data", b"a=1"),
+                                   ("application/x-www-form-urlencoded; charset=bogus", b"a=1")):
+            async with http.post(url, data=body, headers={"Content-Type": content_type}) as r:
+                assert r.status == 400 and "malformed form body" in await r.text()
     async with aiohttp.ClientSession() as http:  # the media stream is signed too
         with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
             await http.ws_connect(media_url(phone_server))
@@ -270,7 +277,14 @@ async def test_bad_events_are_ignored_and_a_bad_format_is_refused(phone_server, 
         for bad in ("not json", "[]", json.dumps({"event": "media", "media": {"payload": "%%"}}),
                     json.dumps({"event": "dtmf", "dtmf": {"digit": "x"}}),
                     json.dumps({"event": "mark"}), json.dumps({"event": "teleport"}),
-                    json.dumps({"event": "media", "media": {"payload": "A" * 20000}})):
+                    json.dumps({"event": "media", "media": {"payload": "A" * 20000}}),
+                    # each of these ended the call with an uncaught exception (a fuzzing run,
+                    # 2026-11-30): nesting past the recursion limit, a timestamp that
+                    # str.isdigit() takes and int() does not, audio of no samples
+                    "[" * 30000,
+                    json.dumps({"event": "media", "media": {"payload": "", "timestamp": "1"}}),
+                    json.dumps({"event": "media", "media": {"payload": "/w==",
+                                                            "timestamp": "\u00b2"}})):
             await phone.send_raw(bad)
         phone.say(caller_speech("Are you still there?"),
                   then_silence_s=3.0)
@@ -287,6 +301,11 @@ async def test_bad_events_are_ignored_and_a_bad_format_is_refused(phone_server, 
                 "mediaFormat": {"encoding": "audio/l16", "sampleRate": 16000, "channels": 1}}}))
             msg = await ws.receive(timeout=10)
             assert msg.type == aiohttp.WSMsgType.CLOSE and msg.data == 1003
+        async with http.ws_connect(url, headers=headers) as ws:  # a rate of 1e999: inf
+            await ws.send_str('{"event": "start", "start": {"streamSid": "MZy", "mediaFormat": '
+                              '{"encoding": "audio/x-mulaw", "sampleRate": 1e999}}}')
+            msg = await ws.receive(timeout=10)
+            assert msg.type == aiohttp.WSMsgType.CLOSE and msg.data == 1008
         async with http.ws_connect(url, headers=headers) as ws:
             started = time.monotonic()
             await ws.send_str(json.dumps({"event": "stop"}))

@@ -47,6 +47,8 @@ class Resampler:
 
     def push(self, pcm: np.ndarray, rate: int, channels: int = 1) -> np.ndarray:
         """Resample interleaved int16 ``pcm`` of ``channels`` channels at ``rate``."""
+        if not len(pcm):  # PyAV raises MemoryError for a frame of no samples
+            return np.zeros(0, dtype=np.int16)
         layout = "mono" if channels == 1 else "stereo"
         frame = av.AudioFrame.from_ndarray(
             np.ascontiguousarray(pcm, dtype=np.int16).reshape(1, -1), format="s16",

@@ -102,13 +102,23 @@ def _text(value: Any, where: str, *, limit: int = 256) -> str:
     return value
 
 
+def _milliseconds(value: Any) -> int | None:
+    """A media timestamp (Twilio sends digits in a string): None unless it is one. ``"²"``
+    passes ``str.isdigit`` and fails ``int``; a string of 5,000 digits fails it too."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if value >= 0 else None
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 18:
+        return int(value)
+    return None
+
+
 def parse_event(raw: str | bytes) -> TwilioEvent | None:
     """One event from Twilio; ``None`` for an event type this module does not know."""
     if len(raw) > MAX_EVENT_BYTES:
         raise TwilioEventError(f"event of {len(raw)} bytes exceeds {MAX_EVENT_BYTES}")
     try:
         data = _obj(json.loads(raw), "an event")
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: deep nesting
         raise TwilioEventError("an event must be a JSON object") from None
     kind = data.get("event")
     if kind == "media":
@@ -118,17 +128,15 @@ def parse_event(raw: str | bytes) -> TwilioEvent | None:
                                              limit=MAX_PAYLOAD_BYTES * 2), validate=True)
         except binascii.Error:
             raise TwilioEventError("media.payload must be base64") from None
-        stamp = body.get("timestamp")
         return Media(payload=payload, track=str(body.get("track") or "inbound"),
-                     timestamp_ms=int(stamp) if isinstance(stamp, str | int) and
-                     str(stamp).isdigit() else None)
+                     timestamp_ms=_milliseconds(body.get("timestamp")))
     if kind == "start":
         body = _obj(data.get("start"), "start.start")
         fmt = _obj(body.get("mediaFormat") or {}, "start.mediaFormat")
         params = _obj(body.get("customParameters") or {}, "start.customParameters")
         try:
             rate, channels = int(fmt.get("sampleRate", 8000)), int(fmt.get("channels", 1))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: 1e999
             raise TwilioEventError("start.mediaFormat has a bad rate or channel count") from None
         return Start(
             stream_sid=_text(body.get("streamSid", data.get("streamSid")), "start.streamSid"),

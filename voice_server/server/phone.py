@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 from aiohttp import WSMsgType, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from ..metrics import session_tag
 from ..pipeline.audio import STT_RATE, MulawCodec, Resampler
@@ -142,7 +143,11 @@ class PhoneEndpoint:
 
     async def voice(self, request: web.Request) -> web.Response:
         """The voice webhook: TwiML that connects the call to our media stream."""
-        params = dict(await request.post()) if request.method == "POST" else {}
+        try:
+            params = dict(await request.post()) if request.method == "POST" else {}
+        except (ValueError, LookupError, HttpProcessingError) as exc:  # a broken multipart
+            # body, a multipart type without its boundary, an unknown charset: not Twilio's
+            return web.Response(status=400, text=f"malformed form body: {exc}\n")
         url = _public_url(request, self.settings.phone_public_url, VOICE_PATH, ws=False)
         query = request.rel_url.query_string
         if not self._signed(request, url + (f"?{query}" if query else ""),
@@ -193,7 +198,7 @@ class PhoneCall:
         try:
             start = await self._wait_start()
         except (TimeoutError, twilio.TwilioEventError) as exc:
-            log.warning("phone stream closed before it started: %s", exc or "no start event")
+            log.warning("phone stream closed before it started: %s", str(exc) or "no start event")
             await self.ws.close(code=1008, message=b"expected a start event")
             return
         if (start.encoding, start.sample_rate, start.channels) != ("audio/x-mulaw", 8000, 1):

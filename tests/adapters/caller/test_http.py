@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from unittest import mock
@@ -10,6 +11,7 @@ from unittest import mock
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
+from yarl import URL
 
 from tests.support.fake_openai import FakeOpenAI, Reply
 from tests.support.sse import SSEDecoder
@@ -39,6 +41,24 @@ async def test_unknown_token_is_403(caller: Running) -> None:
         body = await resp.json()
     assert (resp.status, body["error"], body["message"]) == (403, "FORBIDDEN",
                                                              "Unknown client token")
+
+
+@pytest.mark.parametrize("path", ["/mcp/chat", "/mcp"])
+async def test_a_token_that_is_not_utf8_is_an_unknown_token(caller: Running, path: str) -> None:
+    """A header byte that is not UTF-8 arrives as a lone surrogate: hashing it raised, and the
+    client got 500 INTERNAL_ERROR (a fuzzing run, 2026-11-30)."""
+    url = URL(caller.url)
+    reader, writer = await asyncio.open_connection(url.host, url.port)
+    body = json.dumps(chat_body()).encode()
+    writer.write(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 "Accept: application/json, text/event-stream\r\nConnection: close\r\n"
+                 f"Content-Length: {len(body)}\r\n".encode() +
+                 b"x-llm-caller-token: \xff\r\nAuthorization: Bearer \xff\r\n\r\n" + body)
+    await writer.drain()
+    head, _, answer = (await asyncio.wait_for(reader.read(), 10)).partition(b"\r\n\r\n")
+    writer.close()
+    assert head.split()[1] == b"403", head + answer
+    assert b"Unknown client token" in answer
 
 
 async def test_missing_permission_is_403(caller: Running) -> None:
@@ -310,8 +330,9 @@ async def test_models(caller: Running) -> None:
         {"id": "fake-model", "ready": True, "defaults": ["chat"],
          "scores": {"chat": 70, "embed": 85}}]}
     assert default["provider"] == "fake"
-    assert missing.status == 500
-    assert missing_body["message"] == "Model discovery failed"
+    assert missing.status == 400  # the client's mistake (the original said 500 INTERNAL_ERROR)
+    assert (missing_body["error"], missing_body["message"]) == (
+        "BAD_REQUEST", "Unknown provider 'nope'; configured: ['fake', 'other']")
 
 
 async def test_health_ok_and_degraded(caller: Running) -> None:

@@ -103,7 +103,8 @@ class ClientEntry:
 
 
 def _hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
+    # surrogatepass: a header's non-UTF-8 byte comes as a lone surrogate (a 500 before)
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class ClientRegistry:

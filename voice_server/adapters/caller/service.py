@@ -26,7 +26,15 @@ from voice_server.llm import ChatRequest, LLMError, LLMProvider, LLMRouter, LLMU
 
 from ..kit import AsyncService
 from .config import CAPABILITIES, CallerOptions, ClientEntry, ClientRegistry, ProviderEntry
-from .errors import CallerError, ProviderError, classify, forbidden, internal, unauthorized
+from .errors import (
+    CallerError,
+    ProviderError,
+    bad_request,
+    classify,
+    forbidden,
+    internal,
+    unauthorized,
+)
 from .routing import FixedWindowLimiter, Selection, UnknownProvider, select_provider
 from .schemas import SchemaSet
 from .stream import sanitize_event
@@ -218,8 +226,8 @@ class CallerService(AsyncService):
     async def list_models(self, provider: str | None = None) -> dict[str, Any]:
         key = provider or next(iter(self.runtimes))
         rt = self.runtimes.get(key)
-        if rt is None:
-            raise internal("Model discovery failed")
+        if rt is None:  # the original answered 500 INTERNAL_ERROR: the mistake is the client's
+            raise bad_request(f"Unknown provider {key!r}; configured: {sorted(self.runtimes)}")
         ids: list[str] = []
         try:
             for source in _distinct((rt.chat, rt.embedder)):  # one discovery call per provider

@@ -17,10 +17,31 @@ import socket
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 __all__ = ["Site", "check_listen", "os_error_text", "peer_address"]
 
 log = logging.getLogger(__name__)
+
+
+class _BadRequestsInOneLine(logging.Filter):
+    """aiohttp answers a request it cannot parse (a request line over 8,190 bytes, ``GET *``,
+    a broken header) with a 400, and logs it as an ERROR with a traceback (aiohttp 3.14,
+    ``RequestHandler.handle_error``): any client could fill the log with tracebacks. Such a
+    record becomes one INFO line; a handler's own failure keeps its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.msg = "refused a malformed HTTP request (%d): %s"
+            record.args = (exc.code, str(exc.message)[:160])
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+_requests_log = logging.getLogger(f"{__name__}.requests")  # aiohttp's request errors
+_requests_log.addFilter(_BadRequestsInOneLine())
 
 
 def os_error_text(exc: OSError) -> str:
@@ -75,7 +96,8 @@ class Site:
         # signal handlers: the process that runs the server owns SIGINT and SIGTERM.
         runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
                                shutdown_timeout=self._shutdown_timeout_s,
-                               handler_cancellation=self._cancel_on_disconnect)
+                               handler_cancellation=self._cancel_on_disconnect,
+                               logger=_requests_log)
         await runner.setup()
         self._runner = runner
         try:

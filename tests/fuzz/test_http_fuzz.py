@@ -261,14 +261,13 @@ def check_caller(caller: Running, path: str, body: bytes, status: int, headers: 
         if isinstance(request, dict) and isinstance(request.get("requestId"), str) \
                 and request["requestId"] and answer["message"] not in CALLER_400:
             assert answer["traceId"] == request["requestId"]  # "the original traceId"
-        if status == 400:  # schema violations are 400 BAD_REQUEST
-            assert not valid
+        assert status == 400, answer  # no 5xx: every error here is the client's
+        if valid:  # the one error a valid body can earn: an unknown provider override
+            assert _unknown_provider(request, caller), answer
+            assert answer["message"].startswith("Unknown provider "), answer
+        else:  # schema violations
             assert answer["message"] in CALLER_400 \
                 or answer["message"].startswith("Schema validation failed: "), answer
-        else:  # the one 5xx a valid body can earn: an unknown provider override (CONFIG)
-            assert status == 500 and valid and _unknown_provider(request, caller), answer
-            assert answer["message"] == ("Embed" if path == "/mcp/embed" else "Chat") + \
-                " dispatch failed"
         return
     assert status == 200 and valid and not _unknown_provider(request, caller), (status, raw)
     if path == "/mcp/chatStream":

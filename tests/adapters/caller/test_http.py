@@ -117,14 +117,15 @@ async def test_chat_caller_override(caller: Running) -> None:
     assert caller.fake.requests[-1]["model"] == "other-model"
 
 
-async def test_chat_unknown_provider_is_500(caller: Running) -> None:
-    """An unknown provider override: 500 INTERNAL_ERROR "Chat dispatch failed"."""
+async def test_chat_unknown_provider_is_the_client_s_bad_request(caller: Running) -> None:
+    """An unknown provider override is the client's mistake: 400 BAD_REQUEST naming the
+    configured ones (the original: 500 INTERNAL_ERROR "Chat dispatch failed")."""
     async with caller.session() as http:
         resp = await http.post("/mcp/chat", json=chat_body("r-x", provider="missing"))
         body = await resp.json()
-    assert resp.status == 500
-    assert body == {"error": "INTERNAL_ERROR", "message": "Chat dispatch failed",
-                    "traceId": "r-x"}
+    assert resp.status == 400
+    assert body == {"error": "BAD_REQUEST", "traceId": "r-x", "message":
+                    "Unknown provider 'missing'; configured: ['fake', 'other']"}
 
 
 async def test_caller_tool_comes_from_token(caller: Running) -> None:

@@ -22,8 +22,8 @@ DEFAULT_BONUS = 50
 
 
 class UnknownProvider(CallerError):
-    """The caller named a provider that is not configured (a dispatch failure, INTERNAL_ERROR,
-    as the original answers it)."""
+    """The caller named a provider that is not configured, or none is (the service answers
+    the first as the client's BAD_REQUEST, the second as INTERNAL_ERROR)."""
 
     def __init__(self, what: str) -> None:
         super().__init__(500, "INTERNAL_ERROR", what)

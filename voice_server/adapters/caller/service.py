@@ -113,6 +113,9 @@ class CallerService(AsyncService):
             return select_provider(self.entries, capability, provider=body.get("provider"),
                                    model=body.get("model"))
         except UnknownProvider as exc:
+            if self.entries:  # the client named one we do not have (the original: a 500)
+                raise bad_request(f"Unknown provider {body.get('provider')!r}; configured: "
+                                  f"{sorted(self.entries)}") from exc
             raise internal(f"{what} dispatch failed") from exc
 
     def _provider_info(self, selection: Selection, model: str | None = None) -> dict[str, Any]:

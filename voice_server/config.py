@@ -74,6 +74,14 @@ class Settings(ServiceSettings, ModelSettings, VoiceSettings, EdgeSettings, Base
         return value
 
     @model_validator(mode="after")
+    def _ports_differ(self) -> Settings:
+        if self.phone_port and self.phone_port == self.port:
+            raise ValueError(f"phone_port {self.phone_port} is the voice server's port too: "
+                             "leave phone_port unset to serve phone calls on that port, or "
+                             "choose another")
+        return self
+
+    @model_validator(mode="after")
     def _size_threads(self) -> Settings:
         """Thread counts 0: 2 (what we measure on our 2-core machines), fewer on a machine or
         container with one CPU (2 threads on one CPU made a WebSocket turn's first audio ~100
@@ -94,6 +102,9 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path} is not UTF-8 text: {exc.reason} at byte "
+                          f"{exc.start}") from exc
     try:
         if path.suffix == ".toml":
             data = tomllib.loads(text)

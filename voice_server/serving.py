@@ -11,6 +11,7 @@ so they end at once) and cancels the rest.
 
 from __future__ import annotations
 
+import errno
 import logging
 import re
 import socket
@@ -54,12 +55,17 @@ def os_error_text(exc: OSError) -> str:
 def check_listen(host: str | None, port: int | None) -> None:
     """Raise now the ``OSError`` listening on ``host``:``port`` would raise (in use, below 1024
     without privileges, not this machine's address), worded as asyncio words it: ``serve``
-    asks before its models load, which takes seconds. Port 0 (or None: not served) is always
-    free. A port taken in between is still caught when the server listens."""
-    if not port:
+    asks before its models load, which takes seconds. Port 0 is always free (its host is
+    checked); None is not served. A port taken in between is caught when the server listens."""
+    if port is None:
         return
-    for family, kind, proto, _name, address in socket.getaddrinfo(
-            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE):
+    try:
+        addresses = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:  # not an address, nor a name this machine resolves
+        raise OSError(errno.EADDRNOTAVAIL, f"cannot listen on {host!r}: "
+                                           f"{(exc.strerror or '').lower()}") from None
+    for family, kind, proto, _name, address in addresses if port else ():
         with socket.socket(family, kind, proto) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp listens
             try:

@@ -373,4 +373,13 @@ class ServiceSettings(BaseModel):
                                  "LLM has its own thread); more wait, the urgent ones first "
                                  "(0: 2, or the CPUs this process may use when fewer)")
     preload_models: bool = Field(True, description="load and warm models at start")
-    log_level: str = Field("INFO", description="logging level")
+    log_level: str = Field("INFO", description="logging level: DEBUG, INFO, WARNING, ERROR "
+                           "or CRITICAL")
+
+    @field_validator("log_level")
+    @classmethod
+    def _level_name(cls, value: str) -> str:
+        if value.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+            raise ValueError(f"{value!r} is not a logging level: DEBUG, INFO, WARNING, ERROR "
+                             "or CRITICAL")
+        return value.upper()

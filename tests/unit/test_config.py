@@ -47,7 +47,8 @@ def test_comma_lists_and_json_values(monkeypatch):
 
 
 @pytest.mark.parametrize("kwargs", [{"port": 70000}, {"llm_provider": "magic"},
-                                    {"ice_servers": "[not json"}, {"no_such_option": 1}])
+                                    {"ice_servers": "[not json"}, {"no_such_option": 1},
+                                    {"log_level": "LOUD"}, {"port": 8787, "phone_port": 8787}])
 def test_invalid_values_are_config_errors(kwargs):
     """Bad values raise ConfigError naming the field."""
     with pytest.raises(ConfigError):
@@ -89,6 +90,9 @@ def test_bad_config_file_is_a_clear_error(tmp_path):
         load_settings(tmp_path / "list.yaml")
     with pytest.raises(ConfigError, match="cannot read"):
         load_settings(tmp_path / "missing.yaml")
+    (tmp_path / "binary.yaml").write_bytes(b"\xff\xfe\x00bin")  # was a UnicodeDecodeError
+    with pytest.raises(ConfigError, match=r"binary.yaml is not UTF-8 text: invalid start byte"):
+        load_settings(tmp_path / "binary.yaml")
 
 
 def test_a_usage_error_is_two_lines(capsys):
@@ -121,6 +125,23 @@ def test_cli_config_error_exits_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "configuration error" in err and "Traceback" not in err
     assert build_parser().prog == "voice-server"
+
+
+@pytest.mark.parametrize(("flags", "said"), [
+    (["--host", "not_an_address"], "cannot listen on 'not_an_address'"),
+    (["--playbooks-dir", "/nonexistent/playbooks"],
+     "configuration error: playbooks_dir /nonexistent/playbooks is not a folder"),
+])
+def test_serve_refuses_a_bad_place_in_one_line(flags, said, capsys):
+    """A --host that is no address (a traceback before), a --playbooks-dir that is no folder
+    (the server served no playbook and said nothing): refused before any model loads."""
+    from voice_server.cli import main
+
+    code = main(["serve", "--port", "0", "--preload-models", "false", "--llm-provider",
+                 "openai_compat", "--llm-base-url", "http://127.0.0.1:9/v1", "--llm-model", "x",
+                 *flags])
+    err = capsys.readouterr().err
+    assert code in (1, 2) and said in err and "Traceback" not in err, err
 
 
 @pytest.mark.skipif(shutil.which("taskset") is None, reason="needs taskset (util-linux)")

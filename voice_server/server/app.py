@@ -106,6 +106,8 @@ class VoiceServer:
             history=self.history_window, timeout_s=settings.llm_timeout_s)
         self.playbooks_folder = (Path(settings.playbooks_dir) if settings.playbooks_dir
                                  else PLAYBOOKS_DIR)
+        if settings.playbooks_dir and not self.playbooks_folder.is_dir():  # a typo served none
+            raise ConfigError(f"playbooks_dir {settings.playbooks_dir} is not a folder")
         self.playbooks = (PlaybookRegistry(self.playbooks_folder)
                           if self.playbooks_folder.is_dir() else None)
         self._playbook_responders: dict[tuple[str, int], PlaybookResponder] = {}

@@ -164,6 +164,19 @@ def test_unreadable_file(tmp_path: Path) -> None:
     assert "cannot read the file" in info.value.issues[0].message
 
 
+def test_aliases_nested_in_aliases_are_refused_at_once() -> None:
+    """Nine levels of ten aliases each ("a billion laughs") ran until killed and took
+    gigabytes (a fuzzing run, 2026-11-30); one alias used once is still fine."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
+    with pytest.raises(PlaybookLoadError) as info:
+        load_playbook_text("\n".join(lines) + "\n")
+    assert "more than 100,000 values" in info.value.issues[0].message
+    shared = GOOD.replace("{system_prompt: Hi,", "{system_prompt: &hi Hi,").replace(
+        "end: {}", "end: {system_prompt: *hi}")
+    assert load_playbook_text(shared).stages["end"].system_prompt == "Hi"
+
+
 def test_published_schema_is_current() -> None:
     """playbooks/schema.json is current (`voice-server playbook schema > playbooks/schema.json`)."""
     published = json.loads((PLAYBOOKS / "schema.json").read_text())

@@ -23,6 +23,7 @@ __all__ = ["RESERVED_TOOLS", "load_playbook", "load_playbook_text"]
 RESERVED_TOOLS = ("playbook_transition", "classify_intent")
 
 Path_ = tuple[str | int, ...]
+MAX_VALUES = 100_000  # the bundled playbooks hold a few hundred
 
 
 class _Positions:
@@ -35,6 +36,9 @@ class _Positions:
         self.issues: list[Issue] = []
 
     def walk(self, node: yaml.Node, path: Path_ = ()) -> None:
+        if len(self.values) >= MAX_VALUES:  # aliases nest: "a billion laughs" in a few lines
+            raise PlaybookLoadError([Issue(self.file, 1, 1, "", f"the playbook holds more than "
+                                           f"{MAX_VALUES:,} values (aliases nested in aliases?)")])
         self.values[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
         if isinstance(node, yaml.MappingNode):
             seen: set[Any] = set()

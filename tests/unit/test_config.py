@@ -131,10 +131,14 @@ def test_cli_config_error_exits_2(tmp_path, capsys):
     (["--host", "not_an_address"], "cannot listen on 'not_an_address'"),
     (["--playbooks-dir", "/nonexistent/playbooks"],
      "configuration error: playbooks_dir /nonexistent/playbooks is not a folder"),
+    (["--end-of-turn-model", "/nonexistent/turn.onnx", "--preload-models", "true"],
+     "configuration error: end_of_turn_model '/nonexistent/turn.onnx': "),
 ])
+@pytest.mark.timeout(120)
 def test_serve_refuses_a_bad_place_in_one_line(flags, said, capsys):
     """A --host that is no address (a traceback before), a --playbooks-dir that is no folder
-    (the server served no playbook and said nothing): refused before any model loads."""
+    (the server served no playbook and said nothing), an end-of-turn model file that is not
+    there (a warning, and the server went on without it): refused in one line."""
     from voice_server.cli import main
 
     code = main(["serve", "--port", "0", "--preload-models", "false", "--llm-provider",

@@ -258,18 +258,21 @@ class VoiceServer:
             return SmartTurn(self.pool, model=None if choice == "smart-turn" else choice,
                              speech=self.settings.vad_noisy_after_ms > 0,
                              on_restart=self.metrics.worker_restarted)
-        except TurnModelError as exc:  # the words alone still judge the end of a turn
-            log.warning("%s; turns end on the transcript's words and silence alone", exc)
-            return None
+        except TurnModelError as exc:
+            return self._without_turn_model(exc)
 
     async def _load_turn_model(self) -> None:
-        if self.turn_model is None:
-            return
-        try:
-            await self.turn_model.load()
-        except TurnModelError as exc:
-            log.warning("end-of-turn model not started (%s); turns end on the transcript's "
-                        "words and silence alone", exc)
+        if self.turn_model is not None:
+            try:
+                await self.turn_model.load()
+            except TurnModelError as exc:
+                self._without_turn_model(exc)
+
+    def _without_turn_model(self, exc: TurnModelError) -> None:
+        """A model the user named must work; the bundled one failing leaves words and silence."""
+        if (choice := self.settings.end_of_turn_model) != "smart-turn":
+            raise ConfigError(f"end_of_turn_model {choice!r}: {exc}") from exc
+        log.warning("no end-of-turn model (%s): words and silence alone end turns", exc)
 
     async def _warm_llm(self) -> None:
         """Load an in-process model and run one token with the system prompt: the model's

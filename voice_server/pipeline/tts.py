@@ -51,8 +51,15 @@ class PiperService:
 
         voice_path = Path(voice)
         config_path = Path(f"{voice_path}.json")
-        if not voice_path.is_file() or not config_path.is_file():
-            raise TTSError(f"Piper voice not found: {voice_path} (+ .json)")
+        for path in (voice_path, config_path):  # a voice is the model and its config beside it
+            if not path.is_file():
+                raise TTSError(f"Piper voice {voice_path}: no file {path} (a voice is "
+                               f"NAME.onnx and NAME.onnx.json side by side)")
+        try:
+            config = PiperConfig.from_dict(json.loads(config_path.read_text("utf-8")))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSON, or its shape
+            raise TTSError(f"Piper voice config {config_path} is not a Piper voice's config: "
+                           f"{type(exc).__name__}: {exc}") from None
         # Built here rather than with PiperVoice.load so the thread budget is ours: on
         # 2 cores, STT, TTS and the local LLM must not each claim every core.
         options = onnxruntime.SessionOptions()
@@ -67,9 +74,7 @@ class PiperService:
         options.enable_cpu_mem_arena = False
         session = onnxruntime.InferenceSession(str(voice_path), sess_options=options,
                                                providers=["CPUExecutionProvider"])
-        self._voice = PiperVoice(
-            config=PiperConfig.from_dict(json.loads(config_path.read_text("utf-8"))),
-            session=session)
+        self._voice = PiperVoice(config=config, session=session)
         self._trim_heap = _heap_trimmer()
         if not len(self.synthesize("Ready.", False)):  # self-test, and warm
             raise TTSError("the Piper voice produced no audio for its self-test")

@@ -145,3 +145,12 @@ async def test_window_and_full_decoding_hear_the_same_words(make_speech) -> None
             assert heard.lower().count(key) == 1  # no decoding loop
             assert key in (await full.transcribe(pcm)).lower()
         assert await window.transcribe(np.zeros(16000, dtype=np.int16)) == ""
+
+
+@pytest.mark.parametrize("model", ["missing_dir", "./missing_dir"])
+def test_a_model_that_is_neither_a_folder_nor_a_name_is_said_so(model: str) -> None:
+    """faster-whisper said "Invalid model size 'missing_dir'" for a folder that is not there."""
+    from voice_server.pipeline.stt import STTError, WhisperService
+
+    with pytest.raises(STTError, match="no folder missing_dir|no CTranslate2 Whisper model at"):
+        WhisperService(model=model)

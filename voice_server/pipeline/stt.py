@@ -213,10 +213,14 @@ class WhisperService:
                  rescore_model: str | None = None, rescore_weight: float = 0.0,
                  endings: bool = False) -> None:
         from faster_whisper import WhisperModel
+        from faster_whisper.utils import available_models
 
         if Path(model).exists() or "/" in model:
             if not Path(model, "model.bin").exists():
                 raise STTError(f"no CTranslate2 Whisper model at {model}")
+        elif model not in available_models():  # else "Invalid model size 'x'" for a folder
+            raise STTError(f"no folder {model} (a CTranslate2 Whisper model's), and no "
+                           f"Whisper model of that name ({', '.join(available_models())})")
         self.model_ref = model
         self._beam = beam_size
         self._language = language

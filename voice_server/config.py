@@ -60,7 +60,7 @@ class Settings(ServiceSettings, ModelSettings, VoiceSettings, EdgeSettings, Base
     the ``--help`` text."""
 
     model_config = SettingsConfigDict(env_prefix="VOICE_SERVER_", extra="forbid",
-                                      validate_default=True)
+                                      validate_default=True, allow_inf_nan=False)
 
     @field_validator("ice_servers", "sidecars", mode="before")
     @classmethod

@@ -48,7 +48,9 @@ def test_comma_lists_and_json_values(monkeypatch):
 
 @pytest.mark.parametrize("kwargs", [{"port": 70000}, {"llm_provider": "magic"},
                                     {"ice_servers": "[not json"}, {"no_such_option": 1},
-                                    {"log_level": "LOUD"}, {"port": 8787, "phone_port": 8787}])
+                                    {"log_level": "LOUD"}, {"port": 8787, "phone_port": 8787},
+                                    {"idle_timeout_s": float("inf")},
+                                    {"llm_temperature": float("nan")}])
 def test_invalid_values_are_config_errors(kwargs):
     """Bad values raise ConfigError naming the field."""
     with pytest.raises(ConfigError):

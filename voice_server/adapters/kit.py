@@ -225,9 +225,10 @@ async def close_stream(writer: asyncio.StreamWriter, timeout_s: float = 1.0) -> 
 
 
 class StrictModel(BaseModel):
-    """The sidecars' options and config files: an unknown key is an error."""
+    """The sidecars' options and config files: an unknown key is an error, and so is a number
+    that is not finite (NaN passed ``le`` checks only to fail with "should be less than")."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class AsyncService:

@@ -97,6 +97,18 @@ def _check_cpu(flags: set[str], settings: Settings) -> Check:
                  f"jobs at once {settings.compute_workers}".replace("  ", " "))
 
 
+def _check_host(host: str) -> Check:
+    """The address to listen on is one (a port in use is no install problem: the server may
+    be running)."""
+    from .serving import check_listen
+
+    try:
+        check_listen(host, 0)
+    except OSError as exc:
+        return Check("listen address", False, exc.strerror or str(exc), "check --host")
+    return Check("listen address", True, host)
+
+
 def _check_kernels(wanted: str, record: dict[str, Any] | None, flags: set[str]) -> Check:
     built = ", ".join([PORTABLE, *(v.name for v in variants(record))])
     try:
@@ -257,7 +269,7 @@ async def _model_checks(settings: Settings) -> list[Check]:
 def run_checks(settings: Settings) -> list[Check]:
     flags = cpu_flags()
     checks = [Check("python", True, f"{sys.version.split()[0]} on {platform.platform()}"),
-              _check_cpu(flags, settings)]
+              _check_cpu(flags, settings), _check_host(settings.host)]
     if settings.llm_provider == "local" or settings.llm_model_path:
         checks += _check_llama_build(flags, settings)
     checks += asyncio.run(_model_checks(settings))

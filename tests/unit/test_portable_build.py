@@ -135,13 +135,17 @@ def test_doctor_names_a_broken_model_and_the_fix(tmp_path: Path) -> None:
     voice = tmp_path / "broken.onnx"
     voice.write_bytes(b"not a model")
     (tmp_path / "broken.onnx.json").write_text("{}")
-    out = subprocess.run([VOICE_SERVER, "doctor", "--tts-voice", str(voice)],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run([VOICE_SERVER, "doctor", "--tts-voice", str(voice), "--host",
+                          "not_an_address"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 1
     line = next(x for x in out.stdout.splitlines() if "tts pass" in x)
     assert line.startswith("FAIL") and "the tts worker failed to start" in line
     assert "fix: check --tts-voice" in out.stdout
-    assert "FAILED: tts pass" in out.stderr and "Traceback" not in out.stdout + out.stderr
+    # a --host that is no address: serve said it with a traceback, the doctor said "ok"
+    line = next(x for x in out.stdout.splitlines() if "listen address" in x)
+    assert line.startswith("FAIL") and "cannot listen on 'not_an_address'" in line
+    assert "FAILED: listen address, tts pass" in out.stderr
+    assert "Traceback" not in out.stdout + out.stderr
 
 
 @pytest.mark.slow

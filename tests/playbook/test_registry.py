@@ -107,3 +107,19 @@ async def test_missing_folder(tmp_path: Path) -> None:
         shutil.copy(PLAYBOOKS / "restaurant.yaml", folder)
         await registry.reload()
         assert registry.ids() == ["restaurant"]
+
+
+async def test_a_folder_that_serves_nothing_is_said(tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """A folder of dangling links serves no playbook: a warning says so (it said nothing); a
+    folder with a playbook says nothing of the kind."""
+    (tmp_path / "gone.yaml").symlink_to(tmp_path / "nowhere.yaml")
+    (tmp_path / "loop.yaml").symlink_to(tmp_path / "loop.yaml")
+    async with PlaybookRegistry(tmp_path, poll_s=None) as registry:
+        assert registry.list() == []
+    assert any(f"no playbook in {tmp_path}" in r.getMessage() and r.levelname == "WARNING"
+               for r in caplog.records)
+    caplog.clear()
+    async with PlaybookRegistry(PLAYBOOKS, poll_s=None):
+        pass
+    assert not any("no playbook in" in r.getMessage() for r in caplog.records)

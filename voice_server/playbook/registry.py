@@ -74,6 +74,9 @@ class PlaybookRegistry:
 
     async def __aenter__(self) -> PlaybookRegistry:
         await self.reload()
+        if not self._entries and not self.errors:  # (invalid files were named by reload)
+            log.warning("no playbook in %s (no readable *.yaml or *.yml file): connections "
+                        "get the plain assistant until one is added", self.folder)
         if self._poll_s:
             self._task = asyncio.create_task(self._watch(), name=f"playbooks-watch:{self.folder}")
         return self

@@ -114,9 +114,13 @@ class CallerService(AsyncService):
                                    model=body.get("model"))
         except UnknownProvider as exc:
             if self.entries:  # the client named one we do not have (the original: a 500)
-                raise bad_request(f"Unknown provider {body.get('provider')!r}; configured: "
-                                  f"{sorted(self.entries)}") from exc
+                raise self._unknown_provider(body.get("provider")) from exc
             raise internal(f"{what} dispatch failed") from exc
+
+    def _unknown_provider(self, name: Any) -> CallerError:
+        """The client named a provider we do not have: theirs to fix, so a BAD_REQUEST naming
+        the ones we have (the original answered 500 INTERNAL_ERROR)."""
+        return bad_request(f"Unknown provider {name!r}; configured: {sorted(self.entries)}")
 
     def _provider_info(self, selection: Selection, model: str | None = None) -> dict[str, Any]:
         return {"name": selection.provider, "model": model or selection.model,
@@ -230,7 +234,7 @@ class CallerService(AsyncService):
         key = provider or next(iter(self.runtimes))
         rt = self.runtimes.get(key)
         if rt is None:  # the original answered 500 INTERNAL_ERROR: the mistake is the client's
-            raise bad_request(f"Unknown provider {key!r}; configured: {sorted(self.runtimes)}")
+            raise self._unknown_provider(key)
         ids: list[str] = []
         try:
             for source in _distinct((rt.chat, rt.embedder)):  # one discovery call per provider

@@ -65,7 +65,9 @@ def check_listen(host: str | None, port: int | None) -> None:
     except socket.gaierror as exc:  # not an address, nor a name this machine resolves
         raise OSError(errno.EADDRNOTAVAIL, f"cannot listen on {host!r}: "
                                            f"{(exc.strerror or '').lower()}") from None
-    for family, kind, proto, _name, address in addresses if port else ():
+    if not port:  # port 0: any free one
+        return
+    for family, kind, proto, _name, address in addresses:
         with socket.socket(family, kind, proto) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp listens
             try:

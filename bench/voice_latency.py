@@ -14,7 +14,10 @@ for voice_server then Pipecat, interleaved:
 3. scripted LLM (instant, from ``tests/support/fake_openai.py``): the pipeline's floor and
    barge-in reaction (onset of interrupting speech -> agent audio silent) on a long answer;
 4. turn-taking (``bench/_turn_taking.py``, same scripted LLM): false ends of turn on 0.8 s
-   pauses mid-sentence, false barge-ins on acknowledgements and noises over the agent.
+   pauses mid-sentence, false barge-ins on acknowledgements and noises over the agent;
+5. echo (``bench/_echo.py``, same scripted LLM): a client without echo cancellation, its
+   speaker's sound back in its microphone: self-interruptions, and the user interrupting
+   through the echo (reaction, the question heard clean), against the same without echo.
 
 Prints JSON with the ratios Pipecat/voice_server of p50 and p95, and writes a PNG timeline.
 
@@ -252,6 +255,10 @@ async def main() -> None:
     parser.add_argument("--turn-llm-delay-ms", type=int, default=0,
                         help="the scripted LLM's first-token delay in the paused sentences "
                         "(e.g. 600, as the embedded 1.5B model on 2 cores; default 0: instant)")
+    parser.add_argument("--echo-cases", type=int, default=6, help="cases of each echo kind "
+                        "(the story with its echo; interrupted through it), with and without")
+    parser.add_argument("--echo-gain-db", type=float, default=-10.0,
+                        help="level of the echo against the agent's voice (default -10 dB)")
     parser.add_argument("--pipecat-python", help="python of a venv with pipecat-ai (skip if "
                         "not given)")
     parser.add_argument("--llama-python", help="python with llama-cpp-python[server] (default: "
@@ -271,7 +278,7 @@ async def main() -> None:
     parser.add_argument("--only", default="", help="comma list of systems to run (ours, "
                         "ours_embedded, pipecat; default: all that are configured)")
     parser.add_argument("--skip", default="", help="comma list of phases to skip: "
-                        "load,connections,paused-embedded,scripted,turn-taking")
+                        "load,connections,paused-embedded,scripted,turn-taking,echo")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
 
@@ -315,16 +322,17 @@ async def main() -> None:
                             lambda text, pad: speech48k(text, Path(tmp), pad, args.voice),
                             args.turn_cases)
                     save(args.json, result)
-        if "scripted" not in skip:
+        if {"scripted", "turn-taking", "echo"} - skip:
             async with FakeOpenAI(default_text=SHORT) as fake:
                 systems = build_systems(args, fake.base_url, "fake-model")
                 async with contextlib.AsyncExitStack() as stack:
                     for system in systems:
                         await stack.enter_async_context(system)
-                    result["scripted_llm"] = await scripted_phase(
-                        systems, fake, wavs, story, interrupt, max(2, args.turns // 2),
-                        args.barge_ins)
-                    save(args.json, result)
+                    if "scripted" not in skip:
+                        result["scripted_llm"] = await scripted_phase(
+                            systems, fake, wavs, story, interrupt, max(2, args.turns // 2),
+                            args.barge_ins)
+                        save(args.json, result)
                     if "turn-taking" not in skip and args.turn_cases:
                         from bench._turn_taking import turn_taking_phase
 
@@ -334,6 +342,15 @@ async def main() -> None:
                                 lambda text, pad: speech48k(text, Path(tmp), pad, args.voice),
                                 story, SHORT, LONG, args.turn_cases,
                                 args.turn_llm_delay_ms / 1000)
+                        save(args.json, result)
+                    if "echo" not in skip and args.echo_cases:
+                        from bench._echo import echo_phase
+
+                        with tempfile.TemporaryDirectory() as tmp:
+                            result["echo"] = await echo_phase(
+                                systems, fake,
+                                lambda text, pad: speech48k(text, Path(tmp), pad, args.voice),
+                                story, SHORT, LONG, args.echo_cases, args.echo_gain_db)
     finally:
         if llama is not None:
             llama.terminate()
@@ -363,6 +380,16 @@ def ratios(result: dict[str, Any]) -> dict[str, Any]:
     if "scripted_llm" in result:
         out["scripted_llm"] = {"p50": ratio(result["scripted_llm"], "p50"),
                                "p95": ratio(result["scripted_llm"], "p95")}
+    echo = result.get("echo", {})
+    if "ours" in echo and "pipecat" in echo:  # the user interrupting through the echo
+        ours, theirs = (echo[name]["echo"]["summary"] for name in ("ours", "pipecat"))
+        out["echo"] = {
+            "reaction_p50": round(theirs["reaction_ms_p50"] / ours["reaction_ms_p50"], 2)
+            if ours["reaction_ms_p50"] and theirs["reaction_ms_p50"] else None,
+            # the agent still talking when the user spoke: the reaction's sample size
+            "interruptions": {"ours": ours["interruptions"], "pipecat": theirs["interruptions"]},
+            "self_interruptions": {"ours": ours["self_interruptions"],
+                                   "pipecat": theirs["self_interruptions"]}}
     return out
 
 

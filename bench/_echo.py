@@ -5,12 +5,13 @@ voice_server and Pipecat, with the instant scripted LLM:
 - **echo alone**: the agent tells its long story and hears it back at ``gain_db``; a *self
   interruption* is the story ending early (under 80% of the agent speech the same story gives
   without echo, measured in the same run);
-- **interrupted through the echo**: 2.5 s into the story the user says "Stop please. What time
-  is it in Tokyo?" over the echo: the *reaction* (onset of the user's voice -> the agent's audio
-  silent, as in ``_peers.barge_in``), whether the agent *stopped* at all before the user had
-  finished, and whether the LLM was asked the user's question *clean* (its requests since the
-  story began hold "Tokyo" and no word of the story the echo carried); an agent already silent
-  when the user speaks (it cut itself on its echo) is counted apart (``silent_at_onset``);
+- **interrupted through the echo**: 2.5 s into the story, once the agent has begun a sentence,
+  the user says "Stop please. What time is it in Tokyo?" over the echo: the *reaction* (onset
+  of the user's voice -> the agent's audio silent, as in ``_peers.barge_in``), whether the
+  agent *stopped* at all before the user had finished, and whether the LLM was asked the
+  user's question *clean* (its requests since the story began hold "Tokyo" and no word of the
+  story the echo carried); an agent already silent when the user speaks (it cut itself on its
+  echo) is counted apart (``silent_at_onset``);
 - the same interruption **without echo**, the baseline of the reaction.
 
 The microphone is a real-time mixer (``EchoPath``): every 20 ms it sends what the client heard
@@ -157,6 +158,28 @@ async def _quiet(client: Any, since: float, timeout: float = 60) -> float:
     return last
 
 
+async def _sentence_begun(client: Any, after: float, timeout: float = 15) -> None:
+    """Wait until, after ``after``, the agent has begun a sentence (its voice back after at
+    least 150 ms of quiet) and said 300 ms of it: the user then speaks over its voice, not into
+    the pause between two sentences (where the agent is silent whatever it does)."""
+    deadline = time.monotonic() + timeout
+    begun = None
+    while time.monotonic() < deadline:
+        quiet = 0
+        for t, p in client.heard[-1000:]:
+            if t <= after:
+                continue
+            if rms(p) > LOUD:
+                if quiet >= 8 and begun is None:
+                    begun = t
+                quiet = 0
+            else:
+                quiet += 1
+        if begun is not None and time.monotonic() >= begun + 0.3:
+            return
+        await asyncio.sleep(0.02)
+
+
 async def _ask_story(path: EchoPath, client: Any, story: np.ndarray) -> float | None:
     spoken = path.say(story)
     await asyncio.wait_for(spoken.sent.wait(), 10)
@@ -181,6 +204,7 @@ async def interrupted(client: Any, path: EchoPath, story: np.ndarray, question: 
     on_answer()
     asked_before = len(fake.requests)
     await asyncio.sleep(talk_s)
+    await _sentence_begun(client, time.monotonic())
     spoken = path.say(question)
     await asyncio.wait_for(spoken.sent.wait(), 10)
     onset, end = spoken.onset, spoken.end

@@ -87,6 +87,11 @@ def speech48k(text: str, folder: Path, pad=(1.0, 1.0), voice: str = "espeak") ->
 
 
 @functools.cache
+def _speech_in(folder: Path, voice: str, text: str, pad: tuple[float, float]) -> np.ndarray:
+    """``speech48k`` as the turn-taking and echo phases call it: ``speech(text, pad)``."""
+    return speech48k(text, folder, pad, voice)
+
+
 def _piper() -> Any:
     from voice_server.pipeline.tts import PiperService, default_piper_voice
 
@@ -318,8 +323,7 @@ async def main() -> None:
 
                     with tempfile.TemporaryDirectory() as tmp:
                         result["paused_embedded"] = await paused_phase(
-                            embedded[0],
-                            lambda text, pad: speech48k(text, Path(tmp), pad, args.voice),
+                            embedded[0], functools.partial(_speech_in, Path(tmp), args.voice),
                             args.turn_cases)
                     save(args.json, result)
         if {"scripted", "turn-taking", "echo"} - skip:
@@ -333,24 +337,21 @@ async def main() -> None:
                             systems, fake, wavs, story, interrupt, max(2, args.turns // 2),
                             args.barge_ins)
                         save(args.json, result)
+                    tmp = stack.enter_context(tempfile.TemporaryDirectory())
+                    speech = functools.partial(_speech_in, Path(tmp), args.voice)
                     if "turn-taking" not in skip and args.turn_cases:
                         from bench._turn_taking import turn_taking_phase
 
-                        with tempfile.TemporaryDirectory() as tmp:
-                            result["turn_taking"] = await turn_taking_phase(
-                                systems, fake,
-                                lambda text, pad: speech48k(text, Path(tmp), pad, args.voice),
-                                story, SHORT, LONG, args.turn_cases,
-                                args.turn_llm_delay_ms / 1000)
+                        result["turn_taking"] = await turn_taking_phase(
+                            systems, fake, speech, story, SHORT, LONG, args.turn_cases,
+                            args.turn_llm_delay_ms / 1000)
                         save(args.json, result)
                     if "echo" not in skip and args.echo_cases:
                         from bench._echo import echo_phase
 
-                        with tempfile.TemporaryDirectory() as tmp:
-                            result["echo"] = await echo_phase(
-                                systems, fake,
-                                lambda text, pad: speech48k(text, Path(tmp), pad, args.voice),
-                                story, SHORT, LONG, args.echo_cases, args.echo_gain_db)
+                        result["echo"] = await echo_phase(systems, fake, speech, story, SHORT,
+                                                          LONG, args.echo_cases,
+                                                          args.echo_gain_db)
     finally:
         if llama is not None:
             llama.terminate()

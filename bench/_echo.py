@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from bench._peers import LOUD, QUIET_S, speech_bounds
+from bench._peers import LOUD, first_loud_after, loud_seconds, speech_bounds, turn_end
 from voice_server.pipeline.audio import rms
 
 __all__ = ["INTERRUPTION", "STORY_WORDS", "EchoPath", "echo_phase"]
@@ -128,36 +128,6 @@ class EchoPath:
         spoken.sent.set()
 
 
-def _loud_s(client: Any, start: float, end: float) -> float:
-    return 0.02 * sum(1 for t, p in client.heard if start <= t <= end and rms(p) > LOUD)
-
-
-async def _answer_starts(client: Any, after: float, timeout: float = 40) -> float | None:
-    try:
-        async with asyncio.timeout(timeout):
-            while True:
-                started = next((t for t, p in client.heard[-500:] if t > after
-                                and rms(p) > LOUD), None)
-                if started is not None:
-                    return started
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        return None
-
-
-async def _quiet(client: Any, since: float, timeout: float = 60) -> float:
-    """Wait until the agent has been silent ``QUIET_S``; the time of its last loud frame."""
-    deadline = since + timeout
-    last = since
-    while time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
-        loud = [t for t, p in client.heard[-300:] if t > since and rms(p) > LOUD]
-        last = loud[-1] if loud else last
-        if time.monotonic() - last >= QUIET_S:
-            break
-    return last
-
-
 async def _sentence_begun(client: Any, after: float, timeout: float = 15) -> None:
     """Wait until, after ``after``, the agent has begun a sentence (its voice back after at
     least 150 ms of quiet) and said 300 ms of it: the user then speaks over its voice, not into
@@ -183,7 +153,7 @@ async def _sentence_begun(client: Any, after: float, timeout: float = 15) -> Non
 async def _ask_story(path: EchoPath, client: Any, story: np.ndarray) -> float | None:
     spoken = path.say(story)
     await asyncio.wait_for(spoken.sent.wait(), 10)
-    return await _answer_starts(client, spoken.end)
+    return await first_loud_after(client, spoken.end)
 
 
 async def story_alone(client: Any, path: EchoPath, story: np.ndarray) -> dict[str, Any]:
@@ -191,8 +161,8 @@ async def story_alone(client: Any, path: EchoPath, story: np.ndarray) -> dict[st
     started = await _ask_story(path, client, story)
     if started is None:
         return {"no_answer": True, "speech_s": 0.0}
-    last = await _quiet(client, started)
-    return {"no_answer": False, "speech_s": round(_loud_s(client, started, last), 2)}
+    last = await turn_end(client, started, timeout=60) or started
+    return {"no_answer": False, "speech_s": round(loud_seconds(client, started, last), 2)}
 
 
 async def interrupted(client: Any, path: EchoPath, story: np.ndarray, question: np.ndarray,
@@ -213,7 +183,7 @@ async def interrupted(client: Any, path: EchoPath, story: np.ndarray, question: 
     before = [t for t, p in client.heard if onset - 0.3 <= t < onset and rms(p) > LOUD]
     loud = [t for t, p in client.heard if onset <= t <= end + 0.2 and rms(p) > LOUD]
     stopped = bool(not loud or max(loud) < end)
-    await _quiet(client, end)
+    await turn_end(client, end)
     asked = [m["messages"][-1]["content"] for m in fake.requests[asked_before:]
              if m.get("messages")]
     words = set(re.findall(r"[a-z]+", " ".join(asked).lower()))

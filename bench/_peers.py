@@ -25,7 +25,8 @@ from voice_server.compat import restrict_ice_host_addresses, set_audio_jitter_pr
 from voice_server.pipeline.audio import rms
 from voice_server.server.rtc_audio import OutboundAudioTrack
 
-__all__ = ["LOUD", "PipecatClient", "RtcClient", "barge_in", "speech_bounds", "turn"]
+__all__ = ["LOUD", "PipecatClient", "RtcClient", "barge_in", "first_loud_after", "loud_seconds",
+           "speech_bounds", "turn", "turn_end"]
 
 LOUD = 300.0  # RMS of a 20 ms frame that counts as agent speech (about -40 dBFS)
 QUIET_S = 1.5
@@ -131,14 +132,7 @@ async def barge_in(client: Any, ask48: np.ndarray, interrupt48: np.ndarray,
     starts is an invalid sample (``talking_at_onset`` false, ``no_answer`` true)."""
     _, end_off = speech_bounds(ask48)
     speech_end = await _play(client, ask48) + end_off
-    started = None
-    try:
-        async with asyncio.timeout(timeout):
-            while started is None:
-                await asyncio.sleep(0.05)
-                started = next((t for t, p in client.heard if t > speech_end
-                                and rms(p) > LOUD), None)
-    except TimeoutError:
+    if await first_loud_after(client, speech_end, timeout) is None:
         return {"talking_at_onset": False, "no_answer": True, "reaction_ms": None}
     if on_answer is not None:
         on_answer()
@@ -155,11 +149,35 @@ async def barge_in(client: Any, ask48: np.ndarray, interrupt48: np.ndarray,
     return result
 
 
-async def turn_end(client: Any, since: float, timeout: float = 40) -> None:
-    """Wait for the answer after ``since`` to finish (or never come)."""
+async def turn_end(client: Any, since: float, timeout: float = 40) -> float | None:
+    """Wait for the answer after ``since`` to finish (or never come); the time of its last
+    loud frame (None: none came)."""
     deadline = since + timeout
+    last = None
     while time.monotonic() < deadline:
         await asyncio.sleep(0.1)
         loud = [t for t, p in client.heard[-200:] if t > since and rms(p) > LOUD]
-        if loud and time.monotonic() - loud[-1] >= QUIET_S:
-            return
+        last = loud[-1] if loud else last
+        if last is not None and time.monotonic() - last >= QUIET_S:
+            break
+    return last
+
+
+async def first_loud_after(client: Any, after: float, timeout: float = 40) -> float | None:
+    """Wait for the agent's first loud frame after ``after``: its time (None: none within
+    ``timeout``)."""
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                await asyncio.sleep(0.05)
+                started = next((t for t, p in client.heard if t > after and rms(p) > LOUD),
+                               None)
+                if started is not None:
+                    return started
+    except TimeoutError:
+        return None
+
+
+def loud_seconds(client: Any, start: float, end: float) -> float:
+    """Seconds of the agent's loud frames heard between ``start`` and ``end``."""
+    return 0.02 * sum(1 for t, p in client.heard if start <= t <= end and rms(p) > LOUD)

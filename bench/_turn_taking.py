@@ -28,7 +28,15 @@ from typing import Any
 
 import numpy as np
 
-from bench._peers import LOUD, _play, speech_bounds, turn, turn_end
+from bench._peers import (
+    LOUD,
+    _play,
+    first_loud_after,
+    loud_seconds,
+    speech_bounds,
+    turn,
+    turn_end,
+)
 from voice_server.pipeline.audio import rms
 
 __all__ = ["PAUSED", "end_of_turn_reasons", "make_noises", "paused_phase",
@@ -156,17 +164,14 @@ async def over_the_agent(client: Any, story: np.ndarray, sound: np.ndarray, *,
                          on_answer: Any, talk_s: float = 1.5) -> dict[str, Any]:
     """The agent tells the story; ``talk_s`` after it starts, ``sound`` plays; did it stop?"""
     speech_end = await _play(client, story) + speech_bounds(story)[1]
-    started = None
-    async with asyncio.timeout(40):
-        while started is None:
-            await asyncio.sleep(0.05)
-            started = next((t for t, p in client.heard if t > speech_end and rms(p) > LOUD), None)
+    if await first_loud_after(client, speech_end) is None:
+        raise TimeoutError("the agent did not begin its story")
     on_answer()
     await asyncio.sleep(talk_s)
     t0 = await _play(client, sound)
     end = t0 + len(sound) / RATE
     await asyncio.sleep(max(0.0, end + 5.0 - time.monotonic()))
-    loud_s = 0.02 * sum(1 for t, p in client.heard if end <= t <= end + 5.0 and rms(p) > LOUD)
+    loud_s = loud_seconds(client, end, end + 5.0)
     await turn_end(client, end)
     return {"false_barge_in": loud_s < 3.0, "agent_speech_after_s": round(loud_s, 2)}
 

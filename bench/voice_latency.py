@@ -86,12 +86,12 @@ def speech48k(text: str, folder: Path, pad=(1.0, 1.0), voice: str = "espeak") ->
                            np.zeros(int(48000 * pad[1]), np.int16)])
 
 
-@functools.cache
 def _speech_in(folder: Path, voice: str, text: str, pad: tuple[float, float]) -> np.ndarray:
     """``speech48k`` as the turn-taking and echo phases call it: ``speech(text, pad)``."""
     return speech48k(text, folder, pad, voice)
 
 
+@functools.cache
 def _piper() -> Any:
     from voice_server.pipeline.tts import PiperService, default_piper_voice
 

@@ -86,6 +86,9 @@ class BargeInJudge:
     vad: Callable[[], StreamingVAD]  # the listener's current one (a stage may replace it)
     spawn: Callable[[Any, str], asyncio.Task[Any]]
     user_speaks: Callable[[Turn | None, float], Awaitable[None]]  # a real interruption
+    # when the latest audio arrived (pipeline/arrival.py): the echo is lined up by it, not by
+    # the time a server that has fallen behind gets to it
+    heard_at: Callable[[], float] = time.monotonic
     current: BargeIn | None = None
 
     def duck(self, echo_share: float | None = None) -> None:
@@ -172,7 +175,7 @@ class BargeInJudge:
         voice = self.vad().voice_so_far()[-int(ECHO_WINDOW_S * RATE):]
         if not len(voice):
             return 0.0
-        played = self.playback.echo.recent(ECHO_DELAY_S + len(voice) / RATE, time.monotonic())
+        played = self.playback.echo.recent(ECHO_DELAY_S + len(voice) / RATE, self.heard_at())
         if not played.any():
             return 0.0
         share = echo_share(voice, played)
@@ -188,7 +191,7 @@ class BargeInJudge:
         if barge.after_echo:  # the echo kept before the voice out, or Whisper hears it; and
             # out of the turn too, or its transcript began with the agent's words ("with a
             # light top when does the market open?", 3 of 6 runs of the echo test)
-            played = self.playback.echo.recent(ECHO_DELAY_S + len(pcm) / RATE, time.monotonic())
+            played = self.playback.echo.recent(ECHO_DELAY_S + len(pcm) / RATE, self.heard_at())
             pcm = without_echo(pcm, played)
             if whole:
                 self.vad().replace_start(pcm)

@@ -101,7 +101,8 @@ class Listener:
         self._barge_ins = BargeInJudge(
             settings=self.settings, conversation=self.conversation, stt=self.stt,
             playback=self.playback, vad=lambda: self._vad, spawn=self._spawn,
-            user_speaks=self._user_speaks)
+            user_speaks=self._user_speaks, heard_at=self._heard_at)
+        self._arrived: float | None = None
         self._last_interim = 0.0
         self._closed = False
         self._policy = EndOfTurnPolicy()
@@ -128,8 +129,10 @@ class Listener:
         return VADSettings.from_settings(s, overrides)
 
     # ---- audio in --------------------------------------------------------------------------
-    async def feed(self, pcm: np.ndarray) -> None:
-        """16 kHz mono int16 audio, in order, as it arrives."""
+    async def feed(self, pcm: np.ndarray, arrived: float | None = None) -> None:
+        """16 kHz mono int16 audio, in order, as it arrives; ``arrived``: when its end did, by
+        the stream's clock (pipeline/arrival.py), if the transport knows it."""
+        self._arrived = arrived
         vad = self._vad
         vad.agent_speaking = self.conversation().agent_speaking
         if self._gate is not None:
@@ -152,6 +155,9 @@ class Listener:
         if self._read_ahead_due and not vad.speaking and self.conversation().running_job is None:
             self._read_ahead_due = False  # the answer is over and the user has not spoken yet
             self._start_prefill("")
+
+    def _heard_at(self) -> float:
+        return time.monotonic() if self._arrived is None else self._arrived
 
     async def _on_event(self, event: VADEvent) -> None:
         kind = event.kind

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
@@ -28,6 +29,7 @@ from aiohttp import WSMsgType, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from ..metrics import session_tag
+from ..pipeline.arrival import ArrivalClock
 from ..pipeline.audio import STT_RATE, MulawCodec, Resampler
 from ..protocol import Error, Message, twilio
 from ..serving import Site
@@ -267,6 +269,7 @@ class PhoneCall:
 
     async def _listen(self, listener: Listener, line: PhoneLine) -> None:
         codec, resampler = MulawCodec(), Resampler(STT_RATE)
+        clock = ArrivalClock(1000)  # Twilio stamps media in ms from the stream's start
         idle = self.settings.idle_timeout_s
         while True:
             try:
@@ -287,7 +290,10 @@ class PhoneCall:
                 continue
             match event:
                 case twilio.Media(track="inbound"):
-                    await listener.feed(resampler.push(codec.decode(event.payload), 8000))
+                    arrived = clock.heard(len(event.payload) / 8000, time.monotonic(),
+                                          event.timestamp_ms)
+                    await listener.feed(resampler.push(codec.decode(event.payload), 8000),
+                                        arrived)
                 case twilio.Mark():
                     line.heard(event.name)
                 case twilio.Dtmf():

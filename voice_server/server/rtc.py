@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -21,6 +22,7 @@ from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSession
 from aiortc.mediastreams import MediaStreamError
 
 from ..compat import restrict_ice_host_addresses, set_audio_jitter_prefetch
+from ..pipeline.arrival import ArrivalClock
 from ..pipeline.audio import STT_RATE, Resampler
 from ..protocol import (
     ErrorCode,
@@ -184,13 +186,20 @@ class RtcPeer:
             speech_output=lambda: PlayoutSpeechOutput(self.outbound, self._conn.send),
             busy=self._busy, llm_shares_cpu=self._llm_shares_cpu)
         resampler = Resampler(STT_RATE)
+        clock: ArrivalClock | None = None
         try:
             while True:
                 try:
                     frame = await track.recv()
                 except MediaStreamError:
                     return
-                await listener.feed(resampler.push_frame(frame))
+                if clock is None:  # RTP timestamps: the codec's clock, 32 bits
+                    base = frame.time_base
+                    clock = ArrivalClock(round(1 / base) if base else frame.sample_rate,
+                                         wrap=1 << 32)
+                arrived = clock.heard(frame.samples / frame.sample_rate, time.monotonic(),
+                                      frame.pts)
+                await listener.feed(resampler.push_frame(frame), arrived)
         finally:
             await listener.aclose()
 

@@ -459,11 +459,11 @@ def _assert_not_interrupted(client: RtcClient, caplog: pytest.LogCaptureFixture)
 
 async def test_a_server_behind_its_inbound_audio_still_knows_its_echo(
         url, rtc_llm, make_speech, caplog, monkeypatch):
-    """The echo is lined up with what the agent played by the time the voice arrived, not the
-    time the server gets to it: a server that has fallen behind (a busy CPU; here its
-    listener takes 50 ms or more for each 20 ms of audio for 3 s, ~1.8 s behind) saw its
-    echo later than the second of delay it searches, heard the user, and stopped (two CI
-    runs, and every run of this test before pipeline/arrival.py)."""
+    """The echo is searched for as far back as the server is behind its inbound audio: a
+    server that has fallen behind (a busy CPU; here its listener takes 50 ms or more for
+    each 20 ms of audio for 3 s, ~1.8 s behind) saw its echo later than the second of delay
+    it searched, heard the user, and stopped (every run of this test before
+    pipeline/arrival.py)."""
     caplog.set_level(logging.DEBUG, logger="voice_server.server")
     feed = Listener.feed
     slow_from: list[float] = []

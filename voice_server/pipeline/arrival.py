@@ -4,24 +4,26 @@ A server that falls behind its inbound audio (a busy CPU: frames wait in the tra
 queue) processes audio that arrived earlier than now. Most of turn-taking does not mind, but
 the echo check does: it lines the voice up with what the agent played (echo.py) and searches
 a second of delay, so a voice processed 0.6 s late looked like an echo 0.6 s later than it
-was, fell outside the search, and the agent took its own voice for the user and stopped
-(tests/rtc/test_rtc_turn_taking.py, the echo test with the listener slowed).
+was; the search reaches back as far again as this clock says the audio is behind
+(server/barge_in_judge.py).
 
 The stream's media time (RTP timestamps, Twilio's media timestamps, or the samples counted)
 runs with the sender's clock. ``ArrivalClock`` keeps the least offset between the local clock
 and that media time: audio processed as it comes sets it, audio processed late cannot raise
-it. Arrival = media time + that offset. The offset is let rise by ``RELAX_PER_S`` (two
-devices' clocks drift apart by well under 0.1 ms a second), and a lag beyond ``MAX_LAG_S``
-starts over. A stamp ahead of the last piece's end is time that passed (lost packets, silence
-not sent; a new source's leap sets a new, smaller offset at once); one that goes back is
-taken to follow the last piece without a gap.
+it. Arrival = media time + that offset. The offset is let rise by ``RELAX_PER_S``: two
+devices' clocks drift apart by well under 0.1 ms a second, but a sender's media time can
+also lose time for good (an aiortc peer that stalls sends on from where it was: the
+estimate is early by the stall until the offset has risen that much). A lag beyond
+``MAX_LAG_S`` starts over. A stamp ahead of the last piece's end is time that passed (lost
+packets, silence not sent; a new source's leap sets a new, smaller offset at once); one that
+goes back is taken to follow the last piece without a gap.
 """
 
 from __future__ import annotations
 
 __all__ = ["ArrivalClock"]
 
-RELAX_PER_S = 0.002  # the least offset may rise this much per second (clock drift)
+RELAX_PER_S = 0.01  # the least offset may rise this much per second (drift, lost time)
 MAX_LAG_S = 5.0  # later than this by the estimate: a discontinuity, not a lag
 
 

@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 BARGE_IN_JUDGE_S = 0.3  # speech heard before its words are judged (acknowledgement or not)
 ECHO_DELAY_S = 1.0  # longest delay searched between the agent's audio and its echo
 ECHO_WINDOW_S = 0.6  # the latest voice judged for echo
+MAX_BEHIND_S = 2.0  # the search for echo reaches this much further back, at most
 ECHO_EVERY_S = 0.1  # speech taken for echo is measured again this often (~4.5 ms each)
 ECHO_WORDS_FROM = 0.2  # below this share of its audio, speech is not echo whatever its words
 RATE = STT_RATE  # the listener's audio
@@ -86,9 +87,9 @@ class BargeInJudge:
     vad: Callable[[], StreamingVAD]  # the listener's current one (a stage may replace it)
     spawn: Callable[[Any, str], asyncio.Task[Any]]
     user_speaks: Callable[[Turn | None, float], Awaitable[None]]  # a real interruption
-    # when the latest audio arrived (pipeline/arrival.py): the echo is lined up by it, not by
-    # the time a server that has fallen behind gets to it
-    heard_at: Callable[[], float] = time.monotonic
+    # how long ago the latest audio arrived (pipeline/arrival.py): a server behind its inbound
+    # audio searches that much further back for the echo
+    behind: Callable[[], float] = lambda: 0.0
     current: BargeIn | None = None
 
     def duck(self, echo_share: float | None = None) -> None:
@@ -175,12 +176,26 @@ class BargeInJudge:
         voice = self.vad().voice_so_far()[-int(ECHO_WINDOW_S * RATE):]
         if not len(voice):
             return 0.0
-        played = self.playback.echo.recent(ECHO_DELAY_S + len(voice) / RATE, self.heard_at())
+        played = self._played(len(voice))
         if not played.any():
             return 0.0
         share = echo_share(voice, played)
-        log.debug("echo share of the voice over the agent: %.2f", share)
+        log.debug("echo share of the voice over the agent: %.2f (the audio %.2f s behind)",
+                  share, self.behind())
         return share
+
+    def _played(self, samples: int) -> np.ndarray:
+        """What played during ``samples`` of voice that end now and the echo delays searched
+        before them: ``ECHO_DELAY_S``, and as far again as the server may be behind its
+        inbound audio (up to ``MAX_BEHIND_S``). Behind, it gets to audio that arrived earlier
+        than now: the echo in it looked that much later, beyond the second searched, and the
+        agent took its own voice for the user's and stopped (reproduced by slowing the
+        listener; a likely cause of two failed runs of the echo test). The search widens
+        rather than moves: the estimate errs early when a sender's clock loses time (an
+        aiortc peer after a stall), and then the echo lies where it would without it."""
+        behind = min(max(self.behind(), 0.0), MAX_BEHIND_S)
+        return self.playback.echo.recent(ECHO_DELAY_S + behind + samples / RATE,
+                                         time.monotonic())
 
     def is_echo(self, share: float) -> bool:
         return share >= self.settings.barge_in_echo_share
@@ -191,8 +206,7 @@ class BargeInJudge:
         if barge.after_echo:  # the echo kept before the voice out, or Whisper hears it; and
             # out of the turn too, or its transcript began with the agent's words ("with a
             # light top when does the market open?", 3 of 6 runs of the echo test)
-            played = self.playback.echo.recent(ECHO_DELAY_S + len(pcm) / RATE, self.heard_at())
-            pcm = without_echo(pcm, played)
+            pcm = without_echo(pcm, self._played(len(pcm)))
             if whole:
                 self.vad().replace_start(pcm)
         barge.judge = self.spawn(self._words(pcm), "barge-in-words")

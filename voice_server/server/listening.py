@@ -101,7 +101,7 @@ class Listener:
         self._barge_ins = BargeInJudge(
             settings=self.settings, conversation=self.conversation, stt=self.stt,
             playback=self.playback, vad=lambda: self._vad, spawn=self._spawn,
-            user_speaks=self._user_speaks, heard_at=self._heard_at)
+            user_speaks=self._user_speaks, behind=self._behind)
         self._arrived: float | None = None
         self._last_interim = 0.0
         self._closed = False
@@ -156,8 +156,9 @@ class Listener:
             self._read_ahead_due = False  # the answer is over and the user has not spoken yet
             self._start_prefill("")
 
-    def _heard_at(self) -> float:
-        return time.monotonic() if self._arrived is None else self._arrived
+    def _behind(self) -> float:
+        """How long ago the latest audio arrived (0: the transport cannot tell)."""
+        return 0.0 if self._arrived is None else time.monotonic() - self._arrived
 
     async def _on_event(self, event: VADEvent) -> None:
         kind = event.kind

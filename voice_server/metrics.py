@@ -128,6 +128,9 @@ class Metrics:
             buckets=_BUCKETS)
         self.turn_total = hist("voice_turn_seconds", "whole turn duration")
         self.barge_in = hist("voice_barge_in_seconds", "barge-in detected to agent audio stopped")
+        self.audio_behind = hist("voice_audio_behind_seconds", "how long callers' audio waited "
+                                 "before the server got to it, per 20 ms frame (a server short "
+                                 "of CPU falls behind: more cores or fewer sessions)")
         self.turns = Counter(
             "voice_turns_total", "turns by outcome: completed, interrupted (the user cut in "
             "on what they heard), taken_back (the turn ended too soon: the user went on "

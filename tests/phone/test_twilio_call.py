@@ -99,10 +99,13 @@ async def test_phone_port_serves_the_endpoints_on_a_port_of_their_own(phone_serv
 async def test_a_spoken_question_gets_a_spoken_answer_on_the_same_stream(
         phone_server, phone_llm, caller_speech) -> None:
     """The caller asks; the answer is heard on the stream within 1.5 s of the end of the
-    question; each sentence is followed by a mark that the phone echoes once played."""
+    question; each sentence is followed by a mark that the phone echoes once played; each 20 ms
+    of the caller's audio counts in voice_audio_behind_seconds (by Twilio's timestamps)."""
     phone_llm.script.clear()
     phone_llm.add("Paris is the capital of France. It is on the Seine.")
     question = caller_speech("What is the capital of France?")
+    registry = phone_server.metrics.registry
+    frames_before = registry.get_sample_value("voice_audio_behind_seconds_count") or 0.0
     async with call(phone_server) as phone:
         await asyncio.sleep(0.3)
         phone.say(question, then_silence_s=4.0)
@@ -121,6 +124,8 @@ async def test_a_spoken_question_gets_a_spoken_answer_on_the_same_stream(
         assert phone.played.first_voiced_after(phone.marks_echoed[0][0]) is not None
         heard_s = len(phone.played.pcm()) / 8000
         assert heard_s > 1.5, heard_s
+    frames = registry.get_sample_value("voice_audio_behind_seconds_count") - frames_before
+    assert frames >= 50 * (len(question) / 8000), frames  # the question's frames at least
     request = phone_llm.requests[-1]["messages"]
     assert "capital" in request[-1]["content"].lower()
 

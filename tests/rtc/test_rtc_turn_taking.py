@@ -458,13 +458,19 @@ def _assert_not_interrupted(client: RtcClient, caplog: pytest.LogCaptureFixture)
 
 
 async def test_a_server_behind_its_inbound_audio_still_knows_its_echo(
-        url, rtc_llm, make_speech, caplog, monkeypatch):
+        rtc_server, url, rtc_llm, make_speech, caplog, monkeypatch):
     """The echo is searched for as far back as the server is behind its inbound audio: a
     server that has fallen behind (a busy CPU; here its listener takes 50 ms or more for
     each 20 ms of audio for 3 s, ~1.8 s behind) saw its echo later than the second of delay
     it searched, heard the user, and stopped (every run of this test before
-    pipeline/arrival.py)."""
+    pipeline/arrival.py). /metrics shows how far behind it was."""
     caplog.set_level(logging.DEBUG, logger="voice_server.server")
+    registry = rtc_server.metrics.registry
+
+    def frames(name: str, **labels: str) -> float:
+        return registry.get_sample_value(f"voice_audio_behind_seconds_{name}", labels) or 0.0
+
+    late_before = frames("count") - frames("bucket", le="1.0")
     feed = Listener.feed
     slow_from: list[float] = []
     behind: list[float] = []
@@ -482,6 +488,8 @@ async def test_a_server_behind_its_inbound_audio_still_knows_its_echo(
         await client.wait_for("tts-complete", timeout=scaled(90))
         _assert_not_interrupted(client, caplog)
         assert max(behind) > 1.2, max(behind)  # beyond the echo's search (ECHO_DELAY_S)
+    # the frames that waited over 1 s, counted in voice_audio_behind_seconds
+    assert frames("count") - frames("bucket", le="1.0") - late_before > 10
 
 
 async def test_the_user_interrupts_through_the_echo(url, rtc_llm, make_speech, caplog):

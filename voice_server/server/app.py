@@ -97,7 +97,7 @@ class VoiceServer:
         self.llm_shares_cpu = isinstance(self.router.default_provider, LoadsModel)
         self.rtc_factory = rtc_factory(settings, self.stt, lambda: self.pool.busy,
                                        self.turn_model, speech_model=self.speech_model,
-                                       llm_shares_cpu=self.llm_shares_cpu)
+                                       llm_shares_cpu=self.llm_shares_cpu, metrics=self.metrics)
         self.live: dict[str, Connection | PhoneCall] = {}  # session id -> who holds it
         self.last_turns: collections.deque[TurnRecord] = collections.deque(maxlen=200)
         self._responder = ChatResponder(

@@ -290,8 +290,9 @@ class PhoneCall:
                 continue
             match event:
                 case twilio.Media(track="inbound"):
-                    arrived = clock.heard(len(event.payload) / 8000, time.monotonic(),
-                                          event.timestamp_ms)
+                    now = time.monotonic()
+                    arrived = clock.heard(len(event.payload) / 8000, now, event.timestamp_ms)
+                    self.server.metrics.audio_behind.observe(now - arrived)
                     await listener.feed(resampler.push(codec.decode(event.payload), 8000),
                                         arrived)
                 case twilio.Mark():

@@ -39,6 +39,7 @@ from .speech_gate import SpeechModel
 
 if TYPE_CHECKING:
     from ..config import Settings
+    from ..metrics import Metrics
     from .conversation import Conversation, Transcriber
 
 
@@ -78,8 +79,9 @@ class RtcPeer:
     def __init__(self, conn: Signaling, *, settings: Settings, stt: Transcriber,
                  busy: Callable[[], bool], policy: CandidatePolicy,
                  turn_model: TurnModel | None = None, speech_model: SpeechModel | None = None,
-                 llm_shares_cpu: bool = False) -> None:
+                 llm_shares_cpu: bool = False, metrics: Metrics | None = None) -> None:
         self._conn = conn
+        self._metrics = metrics
         self._settings = settings
         self._stt = stt
         self._busy = busy  # the compute pool is saturated: skip best-effort work
@@ -197,8 +199,10 @@ class RtcPeer:
                     base = frame.time_base
                     clock = ArrivalClock(round(1 / base) if base else frame.sample_rate,
                                          wrap=1 << 32)
-                arrived = clock.heard(frame.samples / frame.sample_rate, time.monotonic(),
-                                      frame.pts)
+                now = time.monotonic()
+                arrived = clock.heard(frame.samples / frame.sample_rate, now, frame.pts)
+                if self._metrics is not None:
+                    self._metrics.audio_behind.observe(now - arrived)
                 await listener.feed(resampler.push_frame(frame), arrived)
         finally:
             await listener.aclose()
@@ -226,8 +230,8 @@ class RtcPeer:
 
 def rtc_factory(settings: Settings, stt: Transcriber, busy: Callable[[], bool],
                 turn_model: TurnModel | None = None, *,
-                speech_model: SpeechModel | None = None,
-                llm_shares_cpu: bool = False) -> Callable[[Signaling], RtcPeer]:
+                speech_model: SpeechModel | None = None, llm_shares_cpu: bool = False,
+                metrics: Metrics | None = None) -> Callable[[Signaling], RtcPeer]:
     """The per-connection WebRTC constructor the server uses for ``offer`` messages."""
     policy = CandidatePolicy.from_lists(settings.ice_candidate_allow,
                                         settings.ice_candidate_deny,
@@ -236,6 +240,6 @@ def rtc_factory(settings: Settings, stt: Transcriber, busy: Callable[[], bool],
     def make(conn: Signaling) -> RtcPeer:
         return RtcPeer(conn, settings=settings, stt=stt, busy=busy, policy=policy,
                        turn_model=turn_model, speech_model=speech_model,
-                       llm_shares_cpu=llm_shares_cpu)
+                       llm_shares_cpu=llm_shares_cpu, metrics=metrics)
 
     return make

@@ -20,6 +20,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -68,6 +69,7 @@ async def main() -> None:
     async with VoiceServer(settings) as server:
         counted = dict.fromkeys(TURN_OUTCOMES, 0.0)
         counted_reasons: dict[str, float] = {}
+        counted_behind: dict[str, float] = {}
         watcher = asyncio.create_task(watch_loop_lag(lags), name="bench-loop-lag")
         print(json.dumps({"port": server.port}), flush=True)
         reader = asyncio.StreamReader()
@@ -88,6 +90,7 @@ async def main() -> None:
                     now = {o: server.metrics.registry.get_sample_value(
                         "voice_turns_total", {"outcome": o}) or 0.0 for o in TURN_OUTCOMES}
                     reasons = server.metrics.taken_back_by_reason()
+                    behind = _frames_behind(server.metrics.registry)
                     out = {"turns": [record_json(r) for r in turns],
                            # Prometheus' count since the last dump (taken-back turns are in
                            # no turn record), and the end-of-turn reasons of those taken back
@@ -96,14 +99,28 @@ async def main() -> None:
                                reason: int(value - counted_reasons.get(reason, 0.0))
                                for reason, value in reasons.items()
                                if value > counted_reasons.get(reason, 0.0)},
-                           "loop_lag_ms": sorted(lags)}
-                    counted, counted_reasons = now, reasons
+                           "loop_lag_ms": sorted(lags),
+                           # inbound frames by how long they waited for the server
+                           "audio_behind": {k: int(v - counted_behind.get(k, 0.0))
+                                            for k, v in behind.items()}}
+                    counted, counted_reasons, counted_behind = now, reasons, behind
                     lags.clear()
                     print(json.dumps(out), flush=True)
         finally:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
+
+
+def _frames_behind(registry: Any) -> dict[str, float]:
+    """``voice_audio_behind_seconds`` so far: the frames, and those that waited over 0.1, 0.5
+    and 1 s before the server got to them."""
+    def sample(name: str, **labels: str) -> float:
+        return registry.get_sample_value(f"voice_audio_behind_seconds_{name}", labels) or 0.0
+
+    frames = sample("count")
+    return {"frames": frames, **{f"over_{le}s": frames - sample("bucket", le=le)
+                                 for le in ("0.1", "0.5", "1.0")}}
 
 
 if __name__ == "__main__":

@@ -173,6 +173,7 @@ async def concurrency_phase(systems: list[System], wavs, levels: list[int], turn
                 entry["server"]["answers_cut_by_next_question"] = len(dump["turns"]) - len(recs)
                 lag = dump["loop_lag_ms"]
                 entry["loop_lag_ms"] = stats(lag)
+                entry["audio_behind"] = dump.get("audio_behind")  # frames and late ones
                 entry["_records"] = dump["turns"]  # every turn's, in order (the chart's)
             entry["_turns"] = flat
             result[system.name][f"sessions_{n}"] = entry

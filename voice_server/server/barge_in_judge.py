@@ -190,7 +190,7 @@ class BargeInJudge:
         inbound audio (up to ``MAX_BEHIND_S``). Behind, it gets to audio that arrived earlier
         than now: the echo in it looked that much later, beyond the second searched, and the
         agent took its own voice for the user's and stopped (reproduced by slowing the
-        listener; a likely cause of two failed runs of the echo test). The search widens
+        listener; not what fails the echo test now and then in a full suite). The search widens
         rather than moves: the estimate errs early when a sender's clock loses time (an
         aiortc peer after a stall), and then the echo lies where it would without it."""
         behind = min(max(self.behind(), 0.0), MAX_BEHIND_S)

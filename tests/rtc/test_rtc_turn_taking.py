@@ -447,7 +447,7 @@ async def test_the_agent_does_not_interrupt_itself_on_its_own_echo(url, rtc_llm,
     async with _long_answer_with_echo(url, rtc_llm, make_speech, gain_db) as (client, _):
         await client.wait_for("tts-complete", timeout=scaled(90))
         # open: in a full suite the echo of the answer's last words is taken for the user now
-        # and then (-10 dB, 2 of 5 runs on 2026-11-30, the audio 0.00 s behind: not the lag
+        # and then (-10 dB, 2 of 6 runs on 2026-11-30, the audio 0.00 s behind: not the lag
         # below; docs/performance.md "A server behind its own audio")
         _assert_not_interrupted(client, caplog)
 

@@ -29,7 +29,7 @@ MAX_LAG_S = 5.0  # later than this by the estimate: a discontinuity, not a lag
 
 class ArrivalClock:
     """``heard(duration_s, now, stamp)`` for each piece of inbound audio, in order; it returns
-    when the end of that piece arrived (``now``'s clock), and ``arrived`` keeps it."""
+    when the end of that piece arrived (``now``'s clock)."""
 
     def __init__(self, units_per_s: int = 1000, wrap: int | None = None) -> None:
         """``stamp``s count ``units_per_s`` a second and wrap at ``wrap`` (RTP: 2 ** 32)."""
@@ -40,7 +40,6 @@ class ArrivalClock:
         self._end = 0.0  # media time at the end of the last piece
         self._least: float | None = None  # least (local clock - media time) seen, relaxed
         self._now = 0.0
-        self.arrived: float | None = None
 
     def heard(self, duration_s: float, now: float, stamp: int | None = None) -> float:
         start = self._end  # by default the piece follows the last without a gap
@@ -63,5 +62,4 @@ class ArrivalClock:
         if least is None or offset < least or offset - least > MAX_LAG_S:
             least = offset
         self._least, self._now = least, now
-        self.arrived = self._end + least
-        return self.arrived
+        return self._end + least

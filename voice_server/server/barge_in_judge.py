@@ -43,7 +43,7 @@ BARGE_IN_JUDGE_S = 0.3  # speech heard before its words are judged (acknowledgem
 ECHO_DELAY_S = 1.0  # longest delay searched between the agent's audio and its echo
 ECHO_WINDOW_S = 0.6  # the latest voice judged for echo
 MAX_BEHIND_S = 2.0  # the search for echo reaches this much further back, at most
-ECHO_EVERY_S = 0.1  # speech taken for echo is measured again this often (~4.5 ms each)
+ECHO_EVERY_S = 0.1  # speech taken for echo is measured again this often (~5 ms each)
 ECHO_WORDS_FROM = 0.2  # below this share of its audio, speech is not echo whatever its words
 RATE = STT_RATE  # the listener's audio
 

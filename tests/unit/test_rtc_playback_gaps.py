@@ -1,9 +1,11 @@
 """Playback gaps (server/rtc_audio.py): the outbound track ran dry between two pieces of an
-answer because the next one was not synthesized yet; each turn records them."""
+answer because the next one was not synthesized yet; each turn records them. And the track's
+record of what it played (the echo reference) keeps to when frames were sent."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 
@@ -45,3 +47,22 @@ async def test_a_held_answer_reports_its_inner_gaps() -> None:
     inner = PlayoutSpeechOutput(OutboundAudioTrack(), _emit)
     inner.gaps_ms.append(120.0)
     assert HeldOutput(inner, _emit).gaps_ms == [120.0]
+
+
+async def test_a_frame_sent_after_a_stall_is_recorded_as_played_then() -> None:
+    """Over 0.2 s late (an event loop's stall) the track starts its clock again from now
+    instead of bursting; the frame it then sends plays from now, and the echo reference must
+    say so: recorded at the time it was due, it sat 0.3 s early, beside the frame before."""
+    track = OutboundAudioTrack()
+    track.enqueue(np.full(RATE, 8000, dtype=np.int16))
+    started = time.monotonic()
+    await track.recv()  # the first frame: [started, started + 20 ms)
+    await asyncio.sleep(0.3)  # the stall
+    sent = time.monotonic()
+    await track.recv()  # 0.28 s late: resynchronized
+
+    def loudness(start: float, end: float) -> float:
+        return float(np.abs(track.echo.recent(end - start, end)).mean())
+
+    assert loudness(sent - 0.005, sent + 0.025) > 1000  # played from when it was sent
+    assert loudness(started + 0.025, started + 0.2) < 10  # and nothing after the first

@@ -72,6 +72,7 @@ class OutboundAudioTrack(MediaStreamTrack):
             await asyncio.sleep(due - now)
         elif now - due > 0.2:  # we fell behind (loop stall): resync instead of bursting
             self._t0 = now - self._pts / RATE
+            due = now  # and this frame plays from now: what the echo reference records
         out = np.zeros(FRAME, dtype=np.int16)
         filled = 0
         while filled < FRAME and self._clips and not self.paused:

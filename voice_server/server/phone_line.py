@@ -137,6 +137,9 @@ class PhoneLine:
                 continue
             clip = self._clips[0]
             clip.start()
+            # behind real time by more than the lead (the event loop stalled): Twilio's buffer
+            # ran dry, and this frame plays when it arrives, not when it was due
+            next_at = max(next_at, time.monotonic())
             chunk = clip.pcm[clip.pos:clip.pos + FRAME]
             clip.pos += len(chunk)
             await self._send(twilio.media(self._stream_sid, self._codec.encode(chunk)))

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from ..metrics import TurnRecord
+from ..metrics import Metrics, TurnRecord
 from ..pipeline.audio import STT_RATE
 from ..pipeline.end_of_turn import Ending, EndOfTurnPolicy, Verdict, signs_off
 from ..pipeline.speech import HeldOutput, SpeechOutput
@@ -88,6 +88,7 @@ class Listener:
     llm_shares_cpu: bool = False
     # hears speech where webrtcvad hears noise too (vad.py ``model_heard``; None: webrtcvad alone)
     speech_model: SpeechModel | None = None
+    metrics: Metrics | None = None  # counts how long each piece of audio waited (``feed``)
 
     def __post_init__(self) -> None:
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -133,6 +134,8 @@ class Listener:
         """16 kHz mono int16 audio, in order, as it arrives; ``arrived``: when its end did, by
         the stream's clock (pipeline/arrival.py), if the transport knows it."""
         self._arrived = arrived
+        if arrived is not None and self.metrics is not None:
+            self.metrics.audio_behind.observe(self._behind())
         vad = self._vad
         vad.agent_speaking = self.conversation().agent_speaking
         if self._gate is not None:

@@ -257,7 +257,8 @@ class PhoneCall:
                 stt=server.stt, turn_model=server.turn_model,
                 speech_model=server.speech_model, playback=line,
                 speech_output=lambda: PlayoutSpeechOutput(line, self._emit),
-                busy=lambda: server.pool.busy, llm_shares_cpu=server.llm_shares_cpu)
+                busy=lambda: server.pool.busy, llm_shares_cpu=server.llm_shares_cpu,
+                metrics=server.metrics)
             if greeting := server.greeting_for(session):
                 await conversation.greet(greeting, PlayoutSpeechOutput(line, self._emit))
             try:
@@ -290,9 +291,8 @@ class PhoneCall:
                 continue
             match event:
                 case twilio.Media(track="inbound"):
-                    now = time.monotonic()
-                    arrived = clock.heard(len(event.payload) / 8000, now, event.timestamp_ms)
-                    self.server.metrics.audio_behind.observe(now - arrived)
+                    arrived = clock.heard(len(event.payload) / 8000, time.monotonic(),
+                                          event.timestamp_ms)
                     await listener.feed(resampler.push(codec.decode(event.payload), 8000),
                                         arrived)
                 case twilio.Mark():

@@ -186,7 +186,7 @@ class RtcPeer:
             stt=self._stt, turn_model=self._turn_model, speech_model=self._speech_model,
             playback=self.outbound,
             speech_output=lambda: PlayoutSpeechOutput(self.outbound, self._conn.send),
-            busy=self._busy, llm_shares_cpu=self._llm_shares_cpu)
+            busy=self._busy, llm_shares_cpu=self._llm_shares_cpu, metrics=self._metrics)
         resampler = Resampler(STT_RATE)
         clock: ArrivalClock | None = None
         try:
@@ -199,10 +199,8 @@ class RtcPeer:
                     base = frame.time_base
                     clock = ArrivalClock(round(1 / base) if base else frame.sample_rate,
                                          wrap=1 << 32)
-                now = time.monotonic()
-                arrived = clock.heard(frame.samples / frame.sample_rate, now, frame.pts)
-                if self._metrics is not None:
-                    self._metrics.audio_behind.observe(now - arrived)
+                arrived = clock.heard(frame.samples / frame.sample_rate, time.monotonic(),
+                                      frame.pts)
                 await listener.feed(resampler.push_frame(frame), arrived)
         finally:
             await listener.aclose()

@@ -74,11 +74,12 @@ async def _long_answer_with_echo(url, rtc_llm, make_speech, gain_db: float
             echo.cancel()
 
 
-@pytest.mark.parametrize("gain_db", [-20, -10])
+@pytest.mark.parametrize("gain_db", [-20, -10, 0])
 async def test_the_agent_does_not_interrupt_itself_on_its_own_echo(url, rtc_llm, make_speech,
                                                                    gain_db, caplog):
     """A client without echo cancellation: what it hears goes back into its microphone at
-    -20 dB and -10 dB. The agent finishes its answer."""
+    -20 dB, -10 dB and 0 dB (a speaker against the microphone; +6 dB, clipped, passed too).
+    The agent finishes its answer."""
     caplog.set_level(logging.DEBUG, logger="voice_server.server")  # listening, barge_in_judge
     async with _long_answer_with_echo(url, rtc_llm, make_speech, gain_db) as (client, _):
         await client.wait_for("tts-complete", timeout=scaled(90))
@@ -159,12 +160,13 @@ async def test_a_server_behind_its_inbound_audio_still_knows_its_echo(
     assert frames("count") - frames("bucket", le="1.0") - late_before > 10
 
 
-async def test_the_user_interrupts_through_the_echo(url, rtc_llm, make_speech, caplog):
-    """The same client, echo at -10 dB: a real question over the agent's echoed voice still
-    stops it, and is answered; the echo heard before the user spoke is not part of the
-    question."""
+@pytest.mark.parametrize("gain_db", [-10, 0])
+async def test_the_user_interrupts_through_the_echo(url, rtc_llm, make_speech, gain_db, caplog):
+    """The same client, echo at -10 dB and at 0 dB (as loud as the user's voice): a real
+    question over the agent's echoed voice still stops it, and is answered; the echo heard
+    before the user spoke is not part of the question."""
     caplog.set_level(logging.DEBUG, logger="voice_server.server")
-    async with _long_answer_with_echo(url, rtc_llm, make_speech, -10) as (client, mic):
+    async with _long_answer_with_echo(url, rtc_llm, make_speech, gain_db) as (client, mic):
         await asyncio.sleep(2.5)
         mic.say(_wav48(make_speech, "Stop. When does the market open?", pad=(0.0, 0.0)))
         await client.wait_for("tts-cancelled", timeout=scaled(30))

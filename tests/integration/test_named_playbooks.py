@@ -88,17 +88,18 @@ async def test_an_edited_playbook_leaves_no_old_responder_and_its_webhooks_work(
     settings = load_settings(port=0, preload_models=False, playbooks_dir=str(tmp_path))
     try:
         async with VoiceServer(settings) as server:
-            first = server._playbook_responder("hook")
+            first = server.responders.playbook("hook")
             for version in (2, 3, 4):
                 write(version)
-                await server.playbooks.reload()
-                latest = server._playbook_responder("hook")
+                await server.responders.playbooks.reload()
+                latest = server.responders.playbook("hook")
             assert latest is not first and latest.playbook.description == "version 4"
-            assert list(server._playbook_responders) == [("hook", server.playbooks.version)]
+            responders = server.responders
+            assert list(responders.by_version) == [("hook", responders.playbooks.version)]
             for responder in (first, latest):  # the old one, as a turn still holding it
                 outcome = await responder._tools.run("ping", "{}", call_id="c")
                 assert outcome.ok, outcome.error
-            webhooks = server._webhooks
+            webhooks = server.responders.webhooks
         assert webhooks is not None and webhooks.closed  # closed once, by the server
         assert len(calls) == 2
     finally:

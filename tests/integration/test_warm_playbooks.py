@@ -91,7 +91,8 @@ async def test_every_served_playbook_is_computed_ahead_named_first(tmp_path: Pat
             assert ahead == {"computed": every, "of": every}
             wanted = {}
             for pid in PLAYBOOKS:
-                async with PlaybookResponder(server.playbooks.get(pid), server.router) as pb:
+                async with PlaybookResponder(server.responders.playbooks.get(pid),
+                                             server.router) as pb:
                     wanted[pid] = len(pb.warm_requests())
     finally:
         logger.removeHandler(lines)

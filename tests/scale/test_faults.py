@@ -66,13 +66,13 @@ async def test_llm_slow_erroring_down(pair, scale_llm, connect, make_speech):
         dead = load_settings(llm_provider="openai_compat", llm_model="m",
                              llm_base_url=f"http://127.0.0.1:{free_port()}/v1")
         router = build_router(dead)
-        saved = b._responder
-        b._responder = ChatResponder(router, system_prompt="x", model="m", timeout_s=20)
+        saved = b.responders.chat
+        b.responders.chat = ChatResponder(router, system_prompt="x", model="m", timeout_s=20)
         try:
             err = (await errors_of(client, wav, apology=True))[-1]
             assert err["code"] == "LLM_ERROR"
         finally:
-            b._responder = saved
+            b.responders.chat = saved
             await router.aclose()
         await next_turn_works(client, scale_llm, wav)
 

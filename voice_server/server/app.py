@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 from aiohttp import web
 
 from .. import __version__
@@ -33,15 +32,15 @@ from ..pipeline.chunker import SentenceChunker
 from ..pipeline.pacing import Pacing
 from ..pipeline.stt import WhisperSTT
 from ..pipeline.tts import PiperTTS
-from ..pipeline.turn import ChatResponder, HistoryWindow, Responder
+from ..pipeline.turn import HistoryWindow, Responder
 from ..pipeline.turn_model import SmartTurn, TurnModelError
-from ..playbook import PlaybookRegistry, PlaybookResponder, ToolRunner
 from ..protocol import VisionAttachment
 from ..serving import Site
 from .auth import TokenSigner, turn_credentials
 from .connection import Connection
 from .http import HttpRoutes
 from .limits import Admission, MemoryBudget
+from .responders import Responders
 from .rtc import rtc_factory
 from .sessions import InMemorySessionStore, Session, SessionStore
 from .warm import PromptWarmer
@@ -55,7 +54,6 @@ __all__ = ["VoiceServer", "run_forever"]
 log = logging.getLogger(__name__)
 
 WEB_CLIENT_DIR = Path(__file__).resolve().parents[2] / "web_client"
-PLAYBOOKS_DIR = Path(__file__).resolve().parents[2] / "playbooks"
 HEALTH_WAIT_S = 2.0  # the longest a dependency may take to report its health
 KEEPALIVE_S = 20.0  # a ping after this long without a frame; no pong within half of it: closed
 WRITE_LIMIT = 64 * 1024  # bytes buffered for a client before a send waits for it to read
@@ -100,19 +98,10 @@ class VoiceServer:
                                        llm_shares_cpu=self.llm_shares_cpu, metrics=self.metrics)
         self.live: dict[str, Connection | PhoneCall] = {}  # session id -> who holds it
         self.last_turns: collections.deque[TurnRecord] = collections.deque(maxlen=200)
-        self._responder = ChatResponder(
-            self.router, system_prompt=settings.system_prompt, model=settings.llm_model,
-            temperature=settings.llm_temperature, max_tokens=settings.llm_max_tokens,
-            history=self.history_window, timeout_s=settings.llm_timeout_s)
-        self.playbooks_folder = (Path(settings.playbooks_dir) if settings.playbooks_dir
-                                 else PLAYBOOKS_DIR)
-        if settings.playbooks_dir and not self.playbooks_folder.is_dir():  # a typo served none
-            raise ConfigError(f"playbooks_dir {settings.playbooks_dir} is not a folder")
-        self.playbooks = (PlaybookRegistry(self.playbooks_folder)
-                          if self.playbooks_folder.is_dir() else None)
-        self._playbook_responders: dict[tuple[str, int], PlaybookResponder] = {}
-        self._webhooks: aiohttp.ClientSession | None = None  # every playbook version's
         self.warmer = PromptWarmer(self.router, lambda: bool(self.live or self._sockets))
+        self.responders = Responders(
+            settings, self.router, self.history_window,
+            warm=self.warmer.add if settings.warm_playbooks else None)
         self.sidecars: dict[str, dict[str, str]] = {}
         self.phone: Any = None  # PhoneEndpoint when phone calls are on
         self._stack = contextlib.AsyncExitStack()
@@ -122,7 +111,7 @@ class VoiceServer:
         self.routes = HttpRoutes(health=self.health, metrics=self.metrics.render,
                                  static_dir=WEB_CLIENT_DIR,
                                  allowed_origins=settings.allowed_origins,
-                                 extra={"/playbooks": self._list_playbooks},
+                                 extra={"/playbooks": self.responders.list_handler},
                                  signer=self.signer, trusted_proxies=self.trusted_proxies)
 
     # ---- lifecycle --------------------------------------------------------------------------
@@ -136,18 +125,10 @@ class VoiceServer:
     async def _start(self) -> VoiceServer:
         self.metrics.watch_loop(asyncio.get_running_loop())
         await self.sessions.__aenter__()
-        if self.playbooks is not None:
-            await self.playbooks.__aenter__()
-            if self.playbooks.errors:
-                log.warning("invalid playbooks (not served): %s", sorted(self.playbooks.errors))
-        self._check_named_playbooks()
+        await self.responders.__aenter__()
         if self.settings.preload_models:
             await self.load_models()
-            if self.settings.warm_playbooks and self.playbooks is not None:
-                named = [n for n in (self.settings.default_playbook,
-                                     self.settings.phone_playbook) if n]
-                for playbook_id in dict.fromkeys([*named, *self.playbooks.ids()]):
-                    self._playbook_responder(playbook_id)  # its prompts, computed ahead
+            self.responders.warm_all()  # the playbooks' prompts, computed ahead
         if self.settings.sidecars:
             from ..adapters.launch import launch_sidecars
 
@@ -233,10 +214,7 @@ class VoiceServer:
         await self._stack.aclose()
         await self.sessions.aclose()
         await self.warmer.aclose()
-        if self.playbooks is not None:
-            await self.playbooks.aclose()
-        if self._webhooks is not None:  # the playbooks' responders own nothing else
-            await self._webhooks.close()
+        await self.responders.aclose()
         await self.router.aclose()
         await asyncio.gather(self.stt.aclose(), self.tts.aclose(),
                              *([self.turn_model.aclose()] if self.turn_model else []))
@@ -353,79 +331,20 @@ class VoiceServer:
                                             s.turn_ttl_s))
         return servers
 
-    def _check_named_playbooks(self) -> None:
-        """A playbook the settings name must be served, or every connection (every call)
-        would get PLAYBOOK_ERROR: said at start, before the models load."""
-        for option, wanted in (("default_playbook", self.settings.default_playbook),
-                               ("phone_playbook", self.settings.phone_playbook)):
-            if wanted is None:
-                continue
-            why = (f"no playbooks folder {self.playbooks_folder}" if self.playbooks is None
-                   else self.playbooks.why_absent(wanted))
-            if why is not None:
-                raise ConfigError(f"{option} {wanted!r}: {why}")
-
     def playbook_known(self, playbook_id: str) -> bool:
-        return self.playbooks is not None and playbook_id in self.playbooks
+        return self.responders.known(playbook_id)
 
     def responder_for(self, session: Session) -> Responder:
-        """The session's playbook (current version) or the plain chat responder."""
-        playbook_id = session.meta.get("playbook")
-        if not playbook_id or not self.playbook_known(playbook_id):
-            return self._responder
-        return self._playbook_responder(playbook_id)
+        return self.responders.for_session(session)
 
-    def _playbook_responder(self, playbook_id: str) -> PlaybookResponder:
-        """The responder of the playbook's current version; a new one has the model compute
-        its stages' prompts ahead while no call is live (``warm_playbooks``, warm.py)."""
-        assert self.playbooks is not None
-        key = (playbook_id, self.playbooks.version)
-        responder = self._playbook_responders.get(key)
-        if responder is None:
-            s = self.settings
-            playbook = self.playbooks.get(playbook_id)
-            self._webhooks = self._webhooks or aiohttp.ClientSession()
-            # No executor given: synchronous tool handlers run on the loop's default one, so a
-            # slow handler never takes a compute-pool thread that STT or TTS is waiting for.
-            responder = PlaybookResponder(
-                playbook, self.router, history=self.history_window, timeout_s=s.llm_timeout_s,
-                model=s.llm_model, temperature=s.llm_temperature, max_tokens=s.llm_max_tokens,
-                tools=ToolRunner(playbook, http=self._webhooks))
-            # older versions' responders hold nothing to close: a turn still using one keeps
-            # it, and the rest are forgotten (each playbook edit left one per playbook before)
-            for old in [k for k in self._playbook_responders if k[1] < key[1]]:
-                del self._playbook_responders[old]
-            self._playbook_responders[key] = responder
-            if s.warm_playbooks:
-                self.warmer.add(responder)
-        return responder
+    def greeting_for(self, session: Session) -> str | None:
+        return self.responders.greeting_for(session)
 
     def _llm_worker_restarted(self, stage: str) -> None:
         """The embedded model's worker died: the prompts it computed ahead died with it, so
         the current playbooks' are computed again once it is back (and no call is live)."""
         self.metrics.worker_restarted(stage)
-        if self.settings.warm_playbooks and self.playbooks is not None:
-            version = self.playbooks.version
-            for (_, made_for), responder in self._playbook_responders.items():
-                if made_for == version:
-                    self.warmer.add(responder)
-
-    def greeting_for(self, session: Session) -> str | None:
-        """The session's playbook's ``greeting`` (the agent speaks first on a call)."""
-        playbook_id = session.meta.get("playbook")
-        if not playbook_id or not self.playbook_known(playbook_id):
-            return None
-        assert self.playbooks is not None
-        return self.playbooks.get(playbook_id).greeting
-
-    async def _list_playbooks(self, request: Any) -> Any:
-        from http import HTTPStatus
-
-        from .http import json_response
-
-        items = self.playbooks.list() if self.playbooks is not None else []
-        return json_response(HTTPStatus.OK, {"default": self.settings.default_playbook,
-                                             "playbooks": items})
+        self.responders.model_restarted()
 
     def user_message(self, text: str, attachments: list[VisionAttachment]) -> dict[str, Any]:
         if not attachments:

@@ -7,6 +7,10 @@ the bound port. Stopping is in two steps so a server can drain: ``stop_accepting
 listening socket and keeps the open connections; ``aclose()`` then waits up to
 ``shutdown_timeout_s`` for the handlers still running (a server closes its WebSockets first,
 so they end at once) and cancels the rest.
+
+``AsyncService`` is the lifecycle every long-lived part with something to open and close
+shares (``async with`` over ``start`` / ``aclose``): the sidecars' servers and clients, the
+voice server's responders.
 """
 
 from __future__ import annotations
@@ -15,14 +19,40 @@ import errno
 import logging
 import re
 import socket
-from typing import Any
+from typing import Any, Self
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-__all__ = ["Site", "check_listen", "os_error_text", "peer_address"]
+__all__ = ["AsyncService", "Site", "check_listen", "os_error_text", "peer_address"]
 
 log = logging.getLogger(__name__)
+
+
+class AsyncService:
+    """``async with service:`` runs ``start()`` (a start that fails is closed again) and, at
+    the end, ``aclose()``; both do nothing unless a subclass says otherwise."""
+
+    async def start(self) -> None:
+        """Open what the service needs (listen, connect, spawn)."""
+
+    async def aclose(self) -> None:
+        """Close what ``start`` opened; safe to call twice."""
+
+    async def close(self) -> None:
+        """``aclose`` under the name the servers (and the swarm announcer) have always had."""
+        await self.aclose()
+
+    async def __aenter__(self) -> Self:
+        try:
+            await self.start()
+        except BaseException:
+            await self.aclose()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 class _BadRequestsInOneLine(logging.Filter):

@@ -27,14 +27,14 @@ import stat
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..config import ConfigError, Settings, validation_text
 from ..llm import LLMError, LLMRouter
-from ..serving import Site, os_error_text
+from ..serving import AsyncService, Site, os_error_text
 from ..settings_flags import add_settings_flags, settings_from_args
 
 __all__ = [
@@ -229,32 +229,6 @@ class StrictModel(BaseModel):
     that is not finite (NaN passed ``le`` checks only to fail with "should be less than")."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-
-class AsyncService:
-    """``async with service:`` runs ``start()`` (a start that fails is closed again) and, at
-    the end, ``aclose()``; both do nothing unless a subclass says otherwise."""
-
-    async def start(self) -> None:
-        """Open what the service needs (listen, connect, spawn)."""
-
-    async def aclose(self) -> None:
-        """Close what ``start`` opened; safe to call twice."""
-
-    async def close(self) -> None:
-        """``aclose`` under the name the servers (and the swarm announcer) have always had."""
-        await self.aclose()
-
-    async def __aenter__(self) -> Self:
-        try:
-            await self.start()
-        except BaseException:
-            await self.aclose()
-            raise
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
 
 class StreamServer(AsyncService):

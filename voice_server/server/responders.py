@@ -14,7 +14,6 @@ import logging
 from collections.abc import Callable
 from http import HTTPStatus
 from pathlib import Path
-from typing import Self
 
 import aiohttp
 from aiohttp import web
@@ -23,6 +22,7 @@ from ..config import ConfigError, Settings
 from ..llm import LLMRouter
 from ..pipeline.turn import ChatResponder, HistoryWindow, Responder
 from ..playbook import PlaybookRegistry, PlaybookResponder, ToolRunner
+from ..serving import AsyncService
 from .http import json_response
 from .sessions import Session
 
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 PLAYBOOKS_DIR = Path(__file__).resolve().parents[2] / "playbooks"
 
 
-class Responders:
+class Responders(AsyncService):
     def __init__(self, settings: Settings, router: LLMRouter, history: HistoryWindow, *,
                  warm: Callable[[PlaybookResponder], None] | None = None) -> None:
         self.settings = settings
@@ -51,21 +51,12 @@ class Responders:
         self.by_version: dict[tuple[str, int], PlaybookResponder] = {}
         self.webhooks: aiohttp.ClientSession | None = None  # every playbook version's
 
-    async def __aenter__(self) -> Self:
-        try:
-            if self.playbooks is not None:
-                await self.playbooks.__aenter__()
-                if self.playbooks.errors:
-                    log.warning("invalid playbooks (not served): %s",
-                                sorted(self.playbooks.errors))
-            self._check_named()
-        except BaseException:
-            await self.aclose()
-            raise
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+    async def start(self) -> None:
+        if self.playbooks is not None:
+            await self.playbooks.__aenter__()
+            if self.playbooks.errors:
+                log.warning("invalid playbooks (not served): %s", sorted(self.playbooks.errors))
+        self._check_named()
 
     async def aclose(self) -> None:
         if self.playbooks is not None:

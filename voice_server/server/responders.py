@@ -80,17 +80,19 @@ class Responders(AsyncService):
     def known(self, playbook_id: str) -> bool:
         return self.playbooks is not None and playbook_id in self.playbooks
 
+    def _served(self, session: Session) -> str | None:
+        """The playbook the session names, if it is served."""
+        playbook_id = session.meta.get("playbook")
+        return playbook_id if playbook_id and self.known(playbook_id) else None
+
     def for_session(self, session: Session) -> Responder:
         """The session's playbook (current version) or the plain chat responder."""
-        playbook_id = session.meta.get("playbook")
-        if not playbook_id or not self.known(playbook_id):
-            return self.chat
-        return self.playbook(playbook_id)
+        playbook_id = self._served(session)
+        return self.chat if playbook_id is None else self.playbook(playbook_id)
 
     def greeting_for(self, session: Session) -> str | None:
         """The session's playbook's ``greeting`` (the agent speaks first on a call)."""
-        playbook_id = session.meta.get("playbook")
-        if not playbook_id or not self.known(playbook_id):
+        if (playbook_id := self._served(session)) is None:
             return None
         assert self.playbooks is not None
         return self.playbooks.get(playbook_id).greeting

@@ -117,11 +117,15 @@ async def test_an_event_loop_that_stalls_does_not_make_the_echo_the_user_s(
     assert len(shares) > 20, shares  # the echo was measured all along the answer
 
 
+def _decisions(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The echo shares and barge-in decisions logged: why, when a test fails."""
+    return [r.getMessage() for r in caplog.records
+            if "echo share" in r.getMessage() or "barge-in" in r.getMessage()
+            or "speech started" in r.getMessage()]
+
+
 def _assert_not_interrupted(client: RtcClient, caplog: pytest.LogCaptureFixture) -> None:
-    decisions = [r.getMessage() for r in caplog.records  # why, if it happens
-                 if "echo share" in r.getMessage() or "barge-in" in r.getMessage()
-                 or "speech started" in r.getMessage()]
-    assert not client.messages("tts-cancelled"), decisions
+    assert not client.messages("tts-cancelled"), _decisions(caplog)
     assert len(client.messages("llm")) == 1
 
 
@@ -195,13 +199,10 @@ async def test_the_user_interrupts_through_the_echo(url, rtc_llm, make_speech, g
             # the question heard inside the echo, "with a light burst off from the sea, and
             # dust them on their kids"); and the echo shares and barge-in decisions, whether
             # the echo before the user's voice was taken for theirs
-            decisions = [r.getMessage() for r in caplog.records
-                         if "echo share" in r.getMessage() or "barge-in" in r.getMessage()
-                         or "speech started" in r.getMessage()]
             pytest.fail(f"the question was not asked: heard "
                         f"{[m['text'] for m in client.messages('transcript')]}, asked "
                         f"{[m['messages'][-1]['content'] for m in rtc_llm.requests]}, "
-                        f"decisions {decisions}")
+                        f"decisions {_decisions(caplog)}")
         asked = questions()
         assert "open" in asked[-1], asked
         # the turn starts near the user's voice, not at the echo that came before it (it

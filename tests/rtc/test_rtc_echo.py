@@ -177,7 +177,8 @@ async def test_the_user_interrupts_through_the_echo(url, rtc_llm, make_speech, c
     hum ("Uh-oh.", "No, no.", "Come on.") in 4 of the 9 where it was logged, and the agent
     resumed for a second; once in a CI the first two heard "The lights top."; and in 2 "Stop!"
     became a turn of its own, the next answer began at once, and the question over that
-    answer's echo was heard as "Mm-hmm." and then scored as echo: never asked."""
+    answer's echo was heard as "Mm-hmm." and then scored as echo: never asked (1 of 30 more;
+    0 of 30 since such a voice's words are judged with the echo out, ``BargeInJudge._judge``)."""
     caplog.set_level(logging.DEBUG, logger="voice_server.server")
     before = len(rtc_llm.requests)  # the fake LLM serves the whole session: earlier tests asked
     async with _long_answer_with_echo(url, rtc_llm, make_speech, -10) as (client, mic):

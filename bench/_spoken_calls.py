@@ -2,7 +2,10 @@
 whole calls with the bundled playbooks, each line said in our Piper voice as `audio`.
 
 - restaurant (`CALLERS`): a table booking; two callers ask for 20:00, which the tool always
-  reports as fully booked: one names another time, the other takes the one offered (21:00);
+  reports as fully booked: one names another time, the other takes the one offered (21:00).
+  The playbook reads the details back before it books: a caller says yes to a read-back that
+  is right, says so once when a detail is wrong ("No, the name is Laura Chen."), and spells
+  the name when asked to (`reaction`), as a person would;
 - appointments (`VISITS`): a dental appointment on a weekday named (worked out from today);
   the last caller asks for a taken slot and takes half past ten;
 - support (`SUPPORT_CALLS`): a line check with an outage in the area, a slow line that a
@@ -14,12 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import websockets
+
+from voice_server.playbook import spoken_time
 
 
 # ---- one turn over the WebSocket ---------------------------------------------------------------
@@ -79,26 +86,35 @@ def caller_lines(caller: tuple[Any, ...]) -> list[str]:
 
 
 async def spoken_booking(url: str, playbook: str, lines: list[str], wavs: dict[str, bytes],
-                         done_stage: str, tool: str) -> dict[str, Any]:
+                         done_stage: str, tool: str,
+                         correct: Callable[[str], str | None] | None = None) -> dict[str, Any]:
     """One caller says ``lines`` to ``playbook`` until it reaches ``done_stage``: the turns,
-    the events of the first one, the tool calls, and ``tool``'s last successful arguments."""
+    the events of the first one, the tool calls, and ``tool``'s last successful arguments.
+    ``correct(answer)``: a line the caller says next besides ``lines`` (each once): a yes to
+    a read-back, a detail put right."""
     seen: list[dict[str, Any]] = []
     turns: list[dict[str, Any]] = []
+    corrections: list[str] = []
+    to_say = list(lines)
     async with websockets.connect(f"{url}?playbook={playbook}", max_size=None) as ws:
         await ws.recv()
-        for line in lines:
-            turns.append(await ask(ws, wavs[line], seen))
+        while to_say:
+            turns.append(await ask(ws, wavs[to_say.pop(0)], seen))
             if len(turns) == 1:
                 first_events = list(seen)
             if any(m["type"] == "stage-change" and m["to"] == done_stage for m in seen):
                 break
+            line = correct(turns[-1]["answer"]) if correct else None
+            if line and line not in corrections:
+                corrections.append(line)
+                to_say.insert(0, line)
     calls = {m["callId"]: m for m in seen if m["type"] == "tool-call-start"}
     booked = [calls[m["callId"]]["arguments"] for m in seen
               if m["type"] == "tool-call-end" and not m.get("error") and _done(m.get("result"))
               and calls.get(m["callId"], {}).get("name") == tool]
     reached = any(m["type"] == "stage-change" and m["to"] == done_stage for m in seen)
     return {"turns": turns, "first_events": first_events, "booked": bool(booked),
-            "reached": reached,
+            "reached": reached, "corrections": corrections,
             "args": booked[-1] if booked else {},
             "report": {
                 "turns": [{k: t.get(k) for k in ("transcript", "answer", "error",
@@ -123,11 +139,38 @@ def table_right(caller: tuple[Any, ...], args: dict[str, Any]) -> bool:
         and name.split()[0].lower() in str(args.get("name", "")).lower()
 
 
+def reaction(caller: tuple[Any, ...], answer: str) -> str | None:
+    """What ``caller`` says to the agent's ``answer`` besides the script: to a read-back
+    ("..., under Lord Chen. Shall I book it?") a correction of the first of name, party size
+    and time that it does not say right, or a yes; to "could you spell the name" the name
+    spelled out."""
+    said = answer.lower()
+    yes, name, party, time, spelled = correction_lines(caller)
+    if "spell" in said:
+        return spelled
+    if "shall i book" not in said:
+        return None
+    if caller[4].split()[0].lower() not in said:
+        return name
+    if f"for {caller[1]} " not in said:
+        return party
+    return time if spoken_time(caller[3]) not in said else yes
+
+
+def correction_lines(caller: tuple[Any, ...]) -> list[str]:
+    """A yes, the corrections of name, party size and time, and the name spelled out."""
+    party, _, when, _, name, *_ = caller
+    spelled = " ".join(f"{word}, {' '.join(word.upper())}." for word in name.split())
+    return ["Yes, that's right.", f"No, the name is {name}.", f"No, we are {party} people.",
+            f"No, at {when}.", spelled]
+
+
 async def booking_run(url: str, caller: tuple[Any, ...], wavs: dict[str, bytes]) -> dict[str, Any]:
     call = await spoken_booking(url, "restaurant", caller_lines(caller), wavs, "confirmation",
-                                "book_table")
+                                "book_table", functools.partial(reaction, caller))
     return {
         "caller": caller[4],
+        "corrections": call["corrections"],
         "booked": call["booked"],
         "right": call["booked"] and table_right(caller, call["args"]),
         "asked_for_time": "?" in call["turns"][0]["answer"] and not any(  # no time invented
@@ -144,6 +187,7 @@ def bookings_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     firsts = [t.get("first_audio_s", t["seconds"]) for r in runs for t in r["turns"]]
     return {
         "runs": len(runs), "booked": sum(r["booked"] for r in runs),
+        "corrected": sum(bool(r.get("corrections")) for r in runs),
         "booked_right": sum(r["right"] for r in runs),
         **({"asked_for_time": sum(r["asked_for_time"] for r in runs)}
            if "asked_for_time" in runs[0] else {}),

@@ -67,6 +67,7 @@ from bench._spoken_calls import (  # noqa: E402
     booking_run,
     bookings_summary,
     caller_lines,
+    correction_lines,
     support_lines,
     support_run,
     visit_lines,
@@ -316,7 +317,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     profiles = [p.split("=", 1) for p in args.profile] or [["default", "{}"]]
     questions = QUESTION_SETS[args.questions]
     texts = [q for q, _, _ in questions[:args.limit]] + [t for m in MEMORY for t in m[:2]]
-    texts += sorted({line for c in CALLERS[:args.bookings] for line in caller_lines(c)})
+    texts += sorted({line for c in CALLERS[:args.bookings]
+                     for line in [*caller_lines(c), *correction_lines(c)]})
     texts += sorted({line for v in VISITS[:args.appointments] for line in visit_lines(v)})
     texts += sorted({line for c in SUPPORT_CALLS[:args.support] for line in support_lines(c)})
     makers = {"piper": piper_wavs, "espeak": espeak_wavs}

@@ -211,11 +211,12 @@ async def test_stop_ends_the_call_and_keeps_the_conversation(phone_server, phone
 async def test_the_booking_playbook_works_over_the_phone(phone_server, phone_llm,
                                                          caller_speech) -> None:
     """The webhook's ?playbook=restaurant reaches the stream as a parameter; the agent speaks
-    the playbook's greeting first; two spoken turns book a table through the playbook's tool,
-    as on the web page."""
+    the playbook's greeting first; three spoken turns (the details, read back, then a yes)
+    book a table through the playbook's tool, as on the web page."""
     phone_llm.script.clear()
     phone_llm.add('{"name": null, "time": null, "party_size": 2}',
-                  '{"name": "Peter", "time": "19:00", "party_size": null}')
+                  '{"name": "Peter", "time": "19:00", "party_size": null}',
+                  '{"name": null, "time": null, "party_size": null}')
     _, _, twiml = await post_webhook(phone_server, "?playbook=restaurant")
     stream = ET.fromstring(twiml).find("./Connect/Stream")
     assert stream is not None
@@ -244,14 +245,18 @@ async def test_the_booking_playbook_works_over_the_phone(phone_server, phone_llm
         # one breath: a pause would start a speculative answer that takes a scripted reply
         phone.say(caller_speech("At seven in the evening for Peter please"), then_silence_s=1.0)
         try:
-            await history(7)
+            await history(5)
         except TimeoutError:
             raise AssertionError((session.history, phone_llm.requests[-3:])) from None
+        assert session.history[4]["content"] == \
+            "That's a table for 2 at 7 pm, under Peter. Shall I book it?"
+        phone.say(caller_speech("Yes please"), then_silence_s=1.0)
+        await history(9)
         assert session.state["stage"] == "confirmation"
     assert session.state["facts"] == {"name": "Peter", "party_size": 2, "time": "19:00"}
     roles = [m["role"] for m in session.history]
-    assert roles == ["assistant", "user", "assistant", "user", "assistant", "tool",
-                     "assistant"], roles
+    assert roles == ["assistant", "user", "assistant", "user", "assistant", "user",
+                     "assistant", "tool", "assistant"], roles
     assert session.history[-1]["content"] == \
         "All set! Your table for 2 at 7 pm is booked under Peter. See you then!"
 

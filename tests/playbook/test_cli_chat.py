@@ -34,9 +34,11 @@ async def test_chat_over_a_scripted_endpoint(fake: FakeOpenAI) -> None:
     fake.add(Reply(tool_calls=[{"name": "classify_intent", "arguments": {"intent": "none"}}]),
              "Welcome to Luigi's!",
              '{"time": "19:00", "party_size": 2, "name": null}',
-             '{"time": null, "party_size": null, "name": "Ada Lovelace"}')
+             '{"time": null, "party_size": null, "name": "Ada Lovelace"}',
+             '{"time": null, "party_size": null, "name": null}')
     returncode, out, err = await _chat_restaurant(
-        fake, b"hello\n\nI want to book a table for two at 19:00\nAda Lovelace\n/quit\nignored\n")
+        fake, b"hello\n\nI want to book a table for two at 19:00\nAda Lovelace\nYes\n/quit\n"
+              b"ignored\n")
     assert returncode == 0, err.decode()
     lines = out.decode().splitlines()
     assert lines[0] == "playbook restaurant: stage greeting. Type a message (/quit to stop)."
@@ -50,15 +52,19 @@ async def test_chat_over_a_scripted_endpoint(fake: FakeOpenAI) -> None:
         "agent> And what name shall I put the booking under?",
         "(stage: booking)",
         "you> Ada Lovelace",
+        "agent> That's a table for 2 at 7 pm, under Ada Lovelace. Shall I book it?",
+        "(stage: booking)",
+        "you> Yes",
         '[tool-call-start] book_table {"name": "Ada Lovelace", "party_size": 2, "time": "19:00"}',
-        lines[11],
+        lines[14],
         "[stage-change] booking -> confirmation (tool_result)",
         "agent> All set! Your table for 2 at 7 pm is booked under Ada Lovelace. See you then!",
         "(stage: confirmation)",
     ]
-    assert lines[11].startswith("[tool-call-end] ")
-    assert '"booked": true' in lines[11] and '"time": "19:00"' in lines[11]
-    assert len(fake.requests) == 4  # the intent of "hello"; the confirmation is the tool's
+    assert lines[14].startswith("[tool-call-end] ")
+    assert '"booked": true' in lines[14] and '"time": "19:00"' in lines[14]
+    assert len(fake.requests) == 5  # the intent of "hello", the answer, three notes: the
+    # read-back and the confirmation are the engine's and the tool's
     # answers are asked as the server asks them (the endpoint's own sampling applied before)
     answer = fake.requests[1]
     assert (answer["temperature"], answer["max_tokens"]) == (0.0, 160)

@@ -34,13 +34,17 @@ async def test_turn_with_playbook_events_and_history(fake: FakeOpenAI, router: L
     async def emit(message: Message) -> None:
         sent.append(json.loads(encode(message)))
 
-    fake.add('{"name": "Mario Rossi", "time": null, "party_size": null}')
+    fake.add('{"name": null, "time": null, "party_size": null}')
     pb = load_playbook(PLAYBOOKS / "restaurant.yaml")
-    state = {"playbook": "restaurant", "stage": "booking",  # time and party size already given
-             "facts": {"time": "19:00", "party_size": 2}}
+    facts = {"name": "Mario Rossi", "party_size": 2, "time": "19:00"}
+    state = {"playbook": "restaurant", "stage": "booking",  # every detail given, read back
+             "facts": facts, "read_back": json.dumps(facts, sort_keys=True)}
     async with PlaybookResponder(pb, router) as responder:
-        ctx = TurnContext(history=[], user_message={"role": "user",
-                                                    "content": "It's Mario Rossi"},
+        history = [{"role": "user", "content": "It's Mario Rossi"},  # the name, the caller's
+                   {"role": "assistant", "content": "That's a table for 2 at 7 pm, under Mario "
+                                                    "Rossi. Shall I book it?"}]
+        ctx = TurnContext(history=history, user_message={"role": "user",
+                                                         "content": "Yes, please."},
                           emit=emit, state=state)
         turn = Turn(ctx=ctx, responder=responder, tts=SilentTTS(),  # type: ignore[arg-type]
                     output=ChunkMessageOutput(emit), record=TurnRecord(session_id="s1"))

@@ -47,11 +47,12 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from ..pipeline.readings import ONES, TENS
-from .heard import WORDS, WRITTEN_DATE, day_named, digits_said, time_named
+from .heard import WORDS, WRITTEN_DATE, day_named, digits_said, time_named, words_heard
 from .schema import Collect, Tool
 from .tools import FROM_CALLER, public_schema
 
-__all__ = ["NOTE_NAME", "FactSheet", "declined", "sheets", "standing_offer"]
+__all__ = ["NOTE_NAME", "FactSheet", "declined", "sheets", "standing_offer",
+           "takes_a_date", "takes_a_time"]
 
 NOTE_NAME = "note_facts"
 _NAMED = {2: "couple", 12: "dozen"}
@@ -149,7 +150,7 @@ class FactSheet:
         no_date = no_number or not _names_a_date(said) and day_named(said, Date.today()) is None
         return frozenset(name for name, schema in self.properties.items()
                          if isinstance(schema, dict) and (no_number and _needs_a_number(schema)
-                                                          or no_date and _takes_a_date(schema)))
+                                                          or no_date and takes_a_date(schema)))
 
     def given(self, said: str, today: Date | None = None) -> dict[str, Any]:
         """The details whose value ``said`` settles before the model notes it: None for each
@@ -169,9 +170,9 @@ class FactSheet:
         for name, schema in self.properties.items():
             if name in out or not isinstance(schema, dict):
                 continue
-            if day is not None and not _names_a_date(said) and _takes_a_date(schema):
+            if day is not None and not _names_a_date(said) and takes_a_date(schema):
                 out[name] = day.isoformat()
-            elif at is not None and _takes_a_time(schema) and \
+            elif at is not None and takes_a_time(schema) and \
                     _valid(clock := f"{at[0]:02d}:{at[1]:02d}", schema):
                 out[name] = clock
             elif len(fits := {run for run in runs if _takes_digits(schema, run)}) == 1:
@@ -209,11 +210,11 @@ class FactSheet:
         """The noted values that hold up (see the module docstring, step 2); ``offer``: the
         values the agent's last message offered (a tool's), which a yes takes; ``today``
         resolves the days the caller names."""
-        heard = set(WORDS.findall(said.lower()))
+        heard = words_heard(said)
         out = self._checked(arguments, said, heard)
         day = day_named(said, today) if today is not None else None
         for name, schema in self.properties.items():
-            if not isinstance(schema, dict) or not _takes_a_date(schema):
+            if not isinstance(schema, dict) or not takes_a_date(schema):
                 continue
             if day is not None and not _same_weekday_said(out.get(name), day, said, heard):
                 out[name] = day.isoformat()
@@ -391,7 +392,7 @@ def declined(offer: dict[str, Any] | None, facts: dict[str, Any], said: str,
             if name in facts and facts[name] != value and name not in fixed]
 
 
-def _takes_a_date(schema: dict[str, Any]) -> bool:
+def takes_a_date(schema: dict[str, Any]) -> bool:
     """A YYYY-MM-DD date: ``format: date``, or a pattern that a date matches."""
     pattern = schema.get("pattern")
     return schema.get("format") == "date" or (
@@ -399,7 +400,7 @@ def _takes_a_date(schema: dict[str, Any]) -> bool:
         re.search(pattern, "07:30") is None)
 
 
-def _takes_a_time(schema: dict[str, Any]) -> bool:
+def takes_a_time(schema: dict[str, Any]) -> bool:
     """An HH:MM time of day: a pattern that a time matches and a date does not."""
     pattern = schema.get("pattern")
     return isinstance(pattern, str) and re.search(pattern, "07:30") is not None and \

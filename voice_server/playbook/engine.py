@@ -55,6 +55,8 @@ class PlaybookState:
     called: str = ""  # the arguments of the engine's last `collect` call (not repeated)
     offer: dict[str, Any] = field(default_factory=dict)  # values a tool's answer offered
     offer_said: str = ""  # that answer (the offer stands while it is the agent's last words)
+    read_back: str = ""  # the arguments last read back to the caller (``collect.confirm``)
+    confirmed: bool = False  # the caller said yes to them (read back once per stage)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -129,7 +131,9 @@ class Engine:
                 entered_at=float(raw.get("entered_at", now)), data=dict(raw.get("data") or {}),
                 history_from=int(raw.get("history_from", 0)),
                 facts=dict(raw.get("facts") or {}), called=str(raw.get("called") or ""),
-                offer=dict(raw.get("offer") or {}), offer_said=str(raw.get("offer_said") or ""))
+                offer=dict(raw.get("offer") or {}), offer_said=str(raw.get("offer_said") or ""),
+                read_back=str(raw.get("read_back") or ""),
+                confirmed=bool(raw.get("confirmed", False)))
         except (TypeError, ValueError):
             return self.initial_state(now)
 
@@ -196,6 +200,9 @@ class Engine:
         if sheet is not None:  # the engine calls the collected tool itself
             tools = tuple(t for t in tools if t != sheet.tool_name)
             context += ("\n\n" if context else "") + sheet.prompt_lines(state.facts)
+            if state.read_back and not state.confirmed:
+                context += (". They were read back to the caller: nothing is done until the "
+                            "caller says they are right")
         transition_tool = self._transition_tool(state)
         choice: str | dict[str, Any] | None = stage.tool_choice
         if isinstance(choice, dict):
@@ -260,11 +267,12 @@ class Engine:
         target = tr.to or source
         state.data.update({k: _resolve(v, scope) for k, v in tr.set.items()})
         if tr.clear_history:
-            state.facts = {}
+            state.facts, state.read_back, state.confirmed = {}, "", False
         say = [tr.say] if tr.say else []
         if tr.to is not None:
             state.stage, state.stage_turns, state.entered_at = target, 0, now
             state.called, state.offer, state.offer_said = "", {}, ""
+            state.read_back, state.confirmed = "", False
             if target != source and target in self.sheets:  # a fresh collection, from
                 state.facts = {name: state.data[name]  # what the session already knows
                                for name in self.sheets[target].properties if name in state.data}

@@ -17,9 +17,11 @@ from datetime import timedelta
 
 from ..pipeline.readings import ONES, TENS
 
-__all__ = ["WORDS", "WRITTEN_DATE", "day_named", "digits_said", "time_named"]
+__all__ = ["WORDS", "WRITTEN_DATE", "day_named", "digits_said", "time_named", "words_heard"]
 
 WORDS = re.compile(r"[^\W_]+")  # a message's words, as collect.py reads them too
+# a word spelled out, as Whisper writes it: "L-A-U-R-A", or capitals apart "S M I T H"
+_SPELLED = re.compile(r"\b[A-Za-z](?:-[A-Za-z]\b)+|\b[A-Z](?:[ ,.]+[A-Z]\b){2,}")
 _WEEKDAYS = "monday tuesday wednesday thursday friday saturday sunday".split()
 WRITTEN_DATE = re.compile(r"\d{4}-\d{1,2}-\d{1,2}|\d{1,2}/\d{1,2}/\d{2,4}")
 # a time's words: "7:30", "7.30", digits, words ("o'clock" as one)
@@ -30,6 +32,14 @@ _QUARTERS = {"half": 30, "quarter": 15}
 _DIGIT = r"(?:\d+|" + "|".join(ONES[:10]) + ")"
 # digits said one after another: "8 7 6 5, 4 3 2 1", "8765-4321", "eight seven six five"
 _DIGIT_RUN = re.compile(rf"\b{_DIGIT}(?:[\s,.-]+{_DIGIT})*\b")
+
+
+def words_heard(said: str) -> set[str]:
+    """The words of ``said``, lower-cased, and those it spells out: "Laura, L-A-U-R-A, Chen,
+    C-H-E-N." and "It's C-H-E-N." both give "chen" (a caller asked to spell a name that
+    Whisper keeps hearing wrong)."""
+    spelled = {"".join(WORDS.findall(run)).lower() for run in _SPELLED.findall(said)}
+    return set(WORDS.findall(said.lower())) | spelled
 
 
 def day_named(said: str, today: Date) -> Date | None:

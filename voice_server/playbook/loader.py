@@ -16,7 +16,7 @@ from jsonschema.exceptions import SchemaError
 from pydantic import ValidationError
 
 from .errors import Issue, PlaybookLoadError
-from .schema import PLACEHOLDER, Collect, Playbook, PythonHandler, Transition
+from .schema import PLACEHOLDER, READ_BACK_PLACE, Collect, Playbook, PythonHandler, Transition
 
 __all__ = ["RESERVED_TOOLS", "load_playbook", "load_playbook_text"]
 
@@ -299,6 +299,10 @@ def _check_collect(pb: Playbook, pos: _Positions, sname: str, collect: Collect) 
         issues.extend(pos.issue((*loc, "examples", i, "facts", name),
                                 f"{collect.tool} has no argument {name!r}", key=True)
                       for name in example.facts if name not in params)
+    said = READ_BACK_PLACE.findall(collect.confirm.say) if collect.confirm else []
+    issues.extend(pos.issue((*loc, "confirm", "say"), f"{{{name}}}: {collect.tool} has no "
+                            f"argument {name!r} (its arguments: {', '.join(params)})")
+                  for name in said if name not in params)  # a typo is read out as "{nmae}"
     return issues
 
 

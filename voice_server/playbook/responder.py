@@ -62,6 +62,7 @@ from ..llm import (
 from ..pipeline.turn import DEFAULT_WINDOW, HistoryWindow, TurnContext, llm_messages
 from ..protocol import StageChange, ToolCallEnd, ToolCallStart
 from .collect import FactSheet, declined, standing_offer
+from .confirm import confirms, not_yet, read_back
 from .engine import TRANSITION_TOOL, Decision, Engine, PlaybookState, ToolEvent
 from .requests import StageRequests, last_asked
 from .schema import Playbook
@@ -313,6 +314,14 @@ class PlaybookResponder:
             if args == st.called and not (noted and sheet.tool.answer_from):
                 return [], False  # done with these values: the model talks it over (a tool
                 # that answers itself answers again when they are said again: "Have passed 10")
+            if sheet.collect.confirm is not None and not st.confirmed:
+                if args != st.read_back:  # new details, or changed ones: said back first
+                    st.read_back = args
+                    self._save(ctx, st)
+                    return [read_back(sheet, st.facts, self.requests.today(self._clock()))], True
+                if not confirms(text):  # to spell, what to change, or the model answers
+                    return ([said], True) if (said := not_yet(sheet, noted, text)) else ([], False)
+                st.confirmed = True
             st.called = args
             call = ToolCall(id="", name=sheet.tool_name, arguments=args)
             return await self._tool_round(ctx, st, (call,), "", turn_msgs)

@@ -25,8 +25,10 @@ from pydantic import (
 __all__ = [
     "CONDITION_KINDS",
     "PLACEHOLDER",
+    "READ_BACK_PLACE",
     "Collect",
     "Condition",
+    "Confirm",
     "Example",
     "Globals",
     "HttpHandler",
@@ -48,6 +50,7 @@ ToolChoice = Literal["auto", "none", "required"] | dict[Literal["name"], Name]
 
 # a transition's `set` value that takes the tool call's values: "${result.KEY}", "${args.NAME}"
 PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")
+READ_BACK_PLACE = re.compile(r"\{(\w+)\}")  # an argument in ``collect.confirm.say``
 
 
 class _Model(BaseModel):
@@ -87,9 +90,23 @@ class Example(_Model):
                                   "(leave out the ones it does not give)")
 
 
+class Confirm(_Model):
+    """The details read back before the tool is called; only a yes calls it."""
+
+    say: str = Field(min_length=1, description="the read-back, a question: `{argument}` is its "
+                     "value as spoken (a time '7:30 pm', a date 'tomorrow' or 'on Friday 4 "
+                     "December'); an optional argument the caller did not give: nothing")
+    change: str = Field("What should I change?", min_length=1,
+                        description="said to a caller who says no without another value")
+    spell: str = Field("Sorry, could you spell the {argument} for me?", min_length=1,
+                       description="said to a caller who says no and gives a text again that "
+                       "is heard as before (`{argument}`: its name)")
+
+
 class Collect(_Model):
     """Slot filling: the engine gathers ``tool``'s arguments from what the caller says, asks
-    for the missing ones and calls the tool itself once every required one is known."""
+    for the missing ones and calls the tool itself once every required one is known (after
+    the caller's yes to ``confirm``, when it is given)."""
 
     tool: Name = Field(description="the tool whose arguments are collected")
     ask: dict[Name, str] = Field(default_factory=dict, description="argument -> the question "
@@ -97,6 +114,8 @@ class Collect(_Model):
     examples: list[Example] = Field(default_factory=list, description="callers' sentences and "
                                     "the arguments they give; shown to the model that notes "
                                     "them (include one that gives none)")
+    confirm: Confirm | None = Field(None, description="read the details back and call the tool "
+                                    "only on the caller's yes")
 
 
 class Stage(_Model):

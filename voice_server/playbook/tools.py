@@ -29,6 +29,7 @@ import aiohttp
 from jsonschema import Draft202012Validator
 
 from .errors import PlaybookError, ToolError
+from .heard import words_heard
 from .schema import HttpSpec, Playbook, PythonHandler, Tool
 
 __all__ = ["FROM_CALLER", "HandlerImportError", "ToolContext", "ToolOutcome", "ToolRunner",
@@ -220,7 +221,7 @@ class ToolRunner:
         """A string argument whose schema says ``x-from-caller: true`` must be in what the
         caller said (every word of it): a model that guesses a name or a time is told to ask.
         """
-        heard = set(_WORDS.findall(said.lower()))
+        heard = words_heard(said)
         props = self.playbook.tools[name].parameters.get("properties") or {}
         for key, schema in props.items():
             value = args.get(key)

@@ -7,14 +7,27 @@ test_scenarios.py.
 
 from __future__ import annotations
 
+import json
 import textwrap
 from datetime import date
 
 import pytest
 
-from voice_server.playbook import Engine, PlaybookLoadError, load_playbook_text
+from tests.support.fake_openai import FakeOpenAI
+from voice_server.llm import LLMRouter
+from voice_server.pipeline.turn import TurnContext
+from voice_server.playbook import (
+    Engine,
+    PlaybookLoadError,
+    PlaybookResponder,
+    load_playbook,
+    load_playbook_text,
+)
 from voice_server.playbook.confirm import confirms, not_yet, read_back, refuses
 from voice_server.playbook.heard import words_heard
+from voice_server.protocol import Message
+
+from .conftest import PLAYBOOKS
 
 PLAYBOOK = textwrap.dedent("""\
     id: t
@@ -123,3 +136,33 @@ def test_a_word_spelled_out_is_heard(said: str, spelled: set[str]) -> None:
 
 def test_letters_apart_are_no_word() -> None:
     assert words_heard("Plan A, B or C") == {"plan", "a", "b", "or", "c"}
+
+
+@pytest.mark.parametrize(("heard", "books"), [
+    ("That's a table for 2 at 7 pm,", False),  # "Yes." over it: the name was not heard
+    ("That's a table for 2 at 7 pm, under Mario Rossi.", True),  # every detail heard
+])
+async def test_a_yes_over_a_read_back_cut_short(fake: FakeOpenAI, router: LLMRouter, heard: str,
+                                                books: bool) -> None:
+    """A caller who says yes over the read-back before hearing every detail hears it again;
+    one who heard them all is booked."""
+    fake.add('{"name": null, "time": null, "party_size": null}')
+    facts = {"name": "Mario Rossi", "party_size": 2, "time": "19:00"}
+    full = "That's a table for 2 at 7 pm, under Mario Rossi. Shall I book it?"
+    state = {"playbook": "restaurant", "stage": "booking", "facts": facts,
+             "read_back": json.dumps(facts, sort_keys=True)}
+    history = [{"role": "user", "content": "It's Mario Rossi."},
+               {"role": "assistant", "content": heard, "interrupted": True, "full_text": full}]
+    events: list[Message] = []
+
+    async def emit(message: Message) -> None:
+        events.append(message)
+
+    async with PlaybookResponder(load_playbook(PLAYBOOKS / "restaurant.yaml"), router) as pb:
+        ctx = TurnContext(history=history, user_message={"role": "user", "content": "Yes."},
+                          emit=emit, state=state)
+        said = "".join([piece async for piece in pb.respond(ctx)])
+    if books:
+        assert "booked under Mario Rossi" in said and ctx.state["stage"] == "confirmation"
+    else:
+        assert (said, events, ctx.state["stage"]) == (full, [], "booking")

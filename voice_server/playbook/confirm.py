@@ -6,7 +6,8 @@ the engine says them back ("That's a table for 6 at 8:30 pm under Lord Chen. Sha
 it?") and calls the tool only on a plain yes. A caller who gives another value ("No, it's
 Laura Chen.") hears the new details read back; one who says no without one is asked what to
 change, and one who says a text again that is heard as before ("No, the name is Lord Chen.")
-is asked to spell it ("Laura, L-A-U-R-A, Chen, C-H-E-N.": ``heard.words_heard``). The
+is asked to spell it ("Laura, L-A-U-R-A, Chen, C-H-E-N.": ``heard.words_heard``). A yes
+said over the read-back before every detail was heard hears it again (``heard_whole``). The
 details are read back once per stage: after the yes, a value the tool's own answer
 offered and the caller took, or one the caller changes, goes to the tool at once (its answer
 says them: "Your table for 6 at 9 pm is booked under Laura Chen.").
@@ -25,7 +26,7 @@ from .collect import FactSheet, takes_a_date, takes_a_time
 from .schema import READ_BACK_PLACE
 from .tools import spoken_date, spoken_time
 
-__all__ = ["confirms", "not_yet", "read_back", "refuses"]
+__all__ = ["confirms", "heard_whole", "not_yet", "read_back", "refuses"]
 
 _YES = frozenset("yes yeah yep yup sure ok okay fine great perfect good lovely correct right "
                  "exactly ahead absolutely definitely indeed".split())
@@ -37,17 +38,27 @@ _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
 def read_back(sheet: FactSheet, facts: dict[str, Any], today: Date | None) -> str:
     """``confirm.say`` with each ``{argument}`` as a caller should hear it."""
     assert sheet.collect.confirm is not None
-    properties = sheet.properties
-
-    def spoken(match: re.Match[str]) -> str:
-        name = match[1]
-        if facts.get(name) is None:
-            return ""
-        schema = properties.get(name)
-        return _spoken(facts[name], schema if isinstance(schema, dict) else {}, today)
-
-    text = READ_BACK_PLACE.sub(spoken, sheet.collect.confirm.say)
+    values = _spoken_values(sheet, facts, today)
+    text = READ_BACK_PLACE.sub(lambda m: values.get(m[1], ""), sheet.collect.confirm.say)
     return re.sub(r"\s+([,.?!])", r"\1", " ".join(text.split()))
+
+
+def heard_whole(sheet: FactSheet, facts: dict[str, Any], today: Date | None,
+                heard: str) -> bool:
+    """Every detail of the read-back is in ``heard``, what the caller heard of the agent's
+    last words: a yes said over it before a detail was spoken is no yes to that detail."""
+    return all(value in heard for value in _spoken_values(sheet, facts, today).values())
+
+
+def _spoken_values(sheet: FactSheet, facts: dict[str, Any], today: Date | None
+                   ) -> dict[str, str]:
+    assert sheet.collect.confirm is not None
+    out = {}
+    for name in READ_BACK_PLACE.findall(sheet.collect.confirm.say):
+        schema = sheet.properties.get(name)
+        if facts.get(name) is not None:
+            out[name] = _spoken(facts[name], schema if isinstance(schema, dict) else {}, today)
+    return out
 
 
 def not_yet(sheet: FactSheet, noted: dict[str, Any], said: str) -> str | None:

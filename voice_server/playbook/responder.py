@@ -47,6 +47,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
+from datetime import date
 from typing import Any
 
 from ..llm import (
@@ -62,7 +63,7 @@ from ..llm import (
 from ..pipeline.turn import DEFAULT_WINDOW, HistoryWindow, TurnContext, llm_messages
 from ..protocol import StageChange, ToolCallEnd, ToolCallStart
 from .collect import FactSheet, declined, standing_offer
-from .confirm import confirms, not_yet, read_back
+from .confirm import confirms, heard_whole, not_yet, read_back
 from .engine import TRANSITION_TOOL, Decision, Engine, PlaybookState, ToolEvent
 from .requests import StageRequests, last_asked
 from .schema import Playbook
@@ -315,10 +316,11 @@ class PlaybookResponder:
                 return [], False  # done with these values: the model talks it over (a tool
                 # that answers itself answers again when they are said again: "Have passed 10")
             if sheet.collect.confirm is not None and not st.confirmed:
-                if args != st.read_back:  # new details, or changed ones: said back first
-                    st.read_back = args
+                today = self.requests.today(self._clock())
+                if args != st.read_back or _cut_short(ctx, st, sheet, today):
+                    st.read_back = args  # new or changed details, or not heard: said back
                     self._save(ctx, st)
-                    return [read_back(sheet, st.facts, self.requests.today(self._clock()))], True
+                    return [read_back(sheet, st.facts, today)], True
                 if not confirms(text):  # to spell, what to change, or the model answers
                     return ([said], True) if (said := not_yet(sheet, noted, text)) else ([], False)
                 st.confirmed = True
@@ -458,6 +460,15 @@ def _loose_args(raw: str) -> dict[str, Any]:
     except (json.JSONDecodeError, TypeError):
         return {"_raw": str(raw)[:500]}
     return value if isinstance(value, dict) else {"_raw": value}
+
+
+def _cut_short(ctx: TurnContext, st: PlaybookState, sheet: FactSheet,
+               today: date | None) -> bool:
+    """The agent's last words were interrupted before the caller heard every detail."""
+    last = next((m for m in reversed(ctx.history[st.history_from:])
+                 if m.get("role") == "assistant" and m.get("content")), {})
+    return bool(last.get("interrupted")) and \
+        not heard_whole(sheet, st.facts, today, str(last["content"]))
 
 
 def _said(ctx: TurnContext) -> str:

@@ -72,7 +72,7 @@ serve: install
 # and every other test can only ever reach 127.0.0.1 (made with sudo where the system does not
 # let users make one, as Ubuntu 23.10 and later; see the script).
 test: install-test
-	scripts/in-private-netns.sh $(PY) -m pytest -q -rs --durations=15 \
+	scripts/in-private-netns.sh $(PY) -m pytest -q -rs --durations=40 \
 	  -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint: install

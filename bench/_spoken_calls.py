@@ -187,7 +187,9 @@ def bookings_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     firsts = [t.get("first_audio_s", t["seconds"]) for r in runs for t in r["turns"]]
     return {
         "runs": len(runs), "booked": sum(r["booked"] for r in runs),
-        "corrected": sum(bool(r.get("corrections")) for r in runs),
+        # callers who said a detail was wrong (a yes to a read-back is no correction)
+        "corrected": sum(any(not line.startswith("Yes") for line in r.get("corrections", ()))
+                         for r in runs),
         "booked_right": sum(r["right"] for r in runs),
         **({"asked_for_time": sum(r["asked_for_time"] for r in runs)}
            if "asked_for_time" in runs[0] else {}),

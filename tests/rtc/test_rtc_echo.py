@@ -74,6 +74,10 @@ async def _long_answer_with_echo(url, rtc_llm, make_speech, gain_db: float
             echo.cancel()
 
 
+# alone: beside another worker's test on a 2.45 GHz EPYC the server fell 1.0-1.3 s behind its
+# inbound audio, the echo share fell to 0.00 and the agent stopped for its own words (1 of 4
+# full suites, 2026-12-01); a server behind is tested on purpose below
+@pytest.mark.serial
 @pytest.mark.parametrize("gain_db", [-20, -10, 0])
 async def test_the_agent_does_not_interrupt_itself_on_its_own_echo(url, rtc_llm, make_speech,
                                                                    gain_db, caplog):

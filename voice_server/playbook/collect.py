@@ -52,7 +52,7 @@ from .schema import Collect, Tool
 from .tools import FROM_CALLER, public_schema
 
 __all__ = ["NOTE_NAME", "FactSheet", "declined", "sheets", "standing_offer",
-           "takes_a_date", "takes_a_time"]
+           "takes_a_date", "takes_a_time", "talk_words"]
 
 NOTE_NAME = "note_facts"
 _NAMED = {2: "couple", 12: "dozen"}
@@ -419,8 +419,13 @@ def _valid(value: Any, schema: dict[str, Any]) -> bool:
 
 def _agrees(said: str) -> bool:
     """A yes without a but: "Yes, that works.", "Sure." ("No, that's too late." does not)."""
-    words = set(_WORDS_OF_TALK.findall(said.lower().replace("\u2019", "'")))
+    words = talk_words(said)
     return bool(words & _AGREE) and not words & _REFUSE
+
+
+def talk_words(said: str) -> set[str]:
+    """The words of a reply, lower-cased, "don't" as one ("I don\u2019t" too)."""
+    return set(_WORDS_OF_TALK.findall(said.lower().replace("\u2019", "'")))
 
 
 def _says_a_number(said: str, heard: set[str]) -> bool:

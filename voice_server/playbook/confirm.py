@@ -22,7 +22,7 @@ from datetime import date as Date
 from datetime import timedelta
 from typing import Any
 
-from .collect import FactSheet, takes_a_date, takes_a_time
+from .collect import FactSheet, takes_a_date, takes_a_time, talk_words
 from .schema import READ_BACK_PLACE
 from .tools import spoken_date, spoken_time
 
@@ -32,7 +32,6 @@ _YES = frozenset("yes yeah yep yup sure ok okay fine great perfect good lovely c
                  "exactly ahead absolutely definitely indeed".split())
 _NO = frozenset("no nope nah wrong incorrect not isn't don't mistake change".split())
 _BUT = frozenset("but rather instead wait hold actually".split())  # a yes that is not one
-_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
 
 
 def read_back(sheet: FactSheet, facts: dict[str, Any], today: Date | None) -> str:
@@ -78,18 +77,14 @@ def not_yet(sheet: FactSheet, noted: dict[str, Any], said: str) -> str | None:
 
 def confirms(said: str) -> bool:
     """A plain yes: "Yes, please book it.", "That's right.", "Go ahead." (not "Yes, but ...")."""
-    words = _words(said)
+    words = talk_words(said)
     return bool(words & _YES) and not words & (_NO | _BUT)
 
 
 def refuses(said: str) -> bool:
     """A no: "No.", "That's wrong.", "Not quite." (not "No problem, go ahead.")."""
-    words = _words(said)
+    words = talk_words(said)
     return bool(words & _NO) and not words & _YES
-
-
-def _words(said: str) -> set[str]:
-    return set(_WORD.findall(said.lower().replace("\u2019", "'")))
 
 
 def _spoken(value: Any, schema: dict[str, Any], today: Date | None) -> str:

@@ -162,6 +162,11 @@ async def _thank_you_then(client: RtcClient, piper_speech, then: str) -> None:
     await client.wait_for("tts-complete", timeout=scaled(60))
 
 
+# the verdicts that wait the longest silence (end_of_turn.py, ``max_ms``)
+_WAITS_LONGEST = ("unfinished words", "unfinished reading", "unfinished sentence",
+                  "unlikely last word", "turn model: not finished")
+
+
 async def test_a_short_answer_to_the_agents_question_ends_its_turn(url, rtc_llm, make_speech):
     """"For how many people?" - "Two people.": the words' language model judges the answer
     as a reply to the question (readings.py), so a sentence may end there; judged alone, a
@@ -179,8 +184,9 @@ async def test_a_short_answer_to_the_agents_question_ends_its_turn(url, rtc_llm,
         figures = await client.wait_for("turn-metrics", count=2, timeout=scaled(60))
         heard = [t["text"] for t in client.messages("transcript") if t["isFinal"]]
         assert "people" in heard[-1].lower(), heard  # "Two", "2" or "To": all a reply
-        assert figures["endOfTurn"] not in ("unfinished sentence", "unlikely last word"), figures
-        assert figures["endOfTurnMs"] < 1000, figures
+        # the verdict, not the clock: on a 2.45 GHz EPYC beside another test, speech to text
+        # alone took 0.8 s and the quick verdict came at 1.0 s of silence
+        assert figures["endOfTurn"] not in _WAITS_LONGEST, figures
 
 
 @pytest.mark.parametrize("pause_s", [0.5, 0.8, 1.2])

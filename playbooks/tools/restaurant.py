@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import hashlib
 from datetime import date as Date
-from datetime import timedelta
 
-from voice_server.playbook import spoken_date, spoken_time
+from voice_server.playbook import spoken_day, spoken_time
 
 HOURS = {"monday": None, "tuesday": ("12:00", "22:00"), "wednesday": ("12:00", "22:00"),
          "thursday": ("12:00", "22:00"), "friday": ("12:00", "23:00"),
@@ -63,22 +62,13 @@ def book_table(name: str, time: str, party_size: int, date: str | None = None) -
                 "tell_caller": "Sorry, that day has passed. Which day would you like?"}
     booking = hashlib.sha1(f"{name}|{day}|{time}|{party_size}".encode()).hexdigest()[:6].upper()
     # the day is said when the caller named one: "tomorrow", "on Friday 4 December"
-    when = "" if not date else f" {_day_said(day)}"
+    when = "" if not date else f" {spoken_day(day, Date.today())}"
     return {"booked": True, "booking_id": f"L-{booking}", "name": name, "date": day.isoformat(),
             "time": time, "party_size": party_size,
             # the answer, said as it is (answer_from): the model confirmed in the caller's
             # voice at times ("I'll be there at 21:00")
             "tell_caller": f"Your table for {party_size}{when} at {spoken_time(time)} is booked "
                            f"under {name}. See you then!"}
-
-
-def _day_said(day: Date) -> str:
-    today = Date.today()
-    if day == today:
-        return "today"
-    if day == today + timedelta(days=1):
-        return "tomorrow"
-    return f"on {spoken_date(day)}"
 
 
 def _instead(time: str, free: dict) -> dict:

@@ -12,7 +12,7 @@ def test_public_names() -> None:
         "PlaybookError", "PlaybookLoadError", "PlaybookNotFound", "PlaybookRegistry",
         "PlaybookResponder", "PlaybookState", "ReloadReport", "StagePlan", "ToolContext",
         "ToolError", "ToolEvent", "ToolOutcome", "ToolRunner", "lint", "load_playbook",
-        "load_playbook_text", "playbook_json_schema", "spoken_date", "spoken_time"])
+        "load_playbook_text", "playbook_json_schema", "spoken_date", "spoken_day", "spoken_time"])
     for name in playbook.__all__:
         assert getattr(playbook, name) is not None
 

@@ -232,10 +232,15 @@ def test_a_tool_s_sentence_says_times_as_people_do(hhmm: str, said: str) -> None
 def test_a_tool_s_sentence_says_days_as_people_do() -> None:
     from datetime import date
 
-    from voice_server.playbook import spoken_date
+    from voice_server.playbook import spoken_date, spoken_day
 
     assert spoken_date("2026-12-01") == "Tuesday 1 December"
     assert spoken_date(date(2030, 3, 12)) == "Tuesday 12 March"
+    today = date(2026, 12, 1)
+    assert spoken_day("2026-12-01", today) == "today"
+    assert spoken_day(date(2026, 12, 2), today) == "tomorrow"
+    assert spoken_day("2026-12-04", today) == "on Friday 4 December"
+    assert spoken_day("2026-12-01", None) == "on Tuesday 1 December"  # today not known
 
 
 async def test_a_runner_given_an_http_session_leaves_it_open() -> None:

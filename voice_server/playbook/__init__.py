@@ -4,8 +4,8 @@
 - ``loader``: YAML -> checked ``Playbook``, errors located by file, line and column;
 - ``engine``: pure stage/transition logic (state in, decisions out);
 - ``lint``: graph warnings (unreachable stages, unused tools and intents);
-- ``tools``: argument validation and the Python / HTTP webhook runners; ``spoken_time`` and
-  ``spoken_date`` for the sentences tool handlers write;
+- ``tools``: argument validation and the Python / HTTP webhook runners; ``spoken_time``,
+  ``spoken_date`` and ``spoken_day`` for the sentences tool handlers write;
 - ``responder``: ``PlaybookResponder``, the turn pipeline's responder for a playbook;
 - ``registry``: ``PlaybookRegistry``, a hot-reloaded folder of playbooks.
 """
@@ -23,6 +23,7 @@ from .tools import (
     ToolOutcome,
     ToolRunner,
     spoken_date,
+    spoken_day,
     spoken_time,
 )
 
@@ -51,5 +52,6 @@ __all__ = [
     "load_playbook_text",
     "playbook_json_schema",
     "spoken_date",
+    "spoken_day",
     "spoken_time",
 ]

@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import re
 from datetime import date as Date
-from datetime import timedelta
 from typing import Any
 
 from .collect import FactSheet, takes_a_date, takes_a_time, talk_words
 from .schema import READ_BACK_PLACE
-from .tools import spoken_date, spoken_time
+from .tools import spoken_day, spoken_time
 
 __all__ = ["confirms", "heard_whole", "not_yet", "read_back", "refuses"]
 
@@ -92,12 +91,7 @@ def _spoken(value: Any, schema: dict[str, Any], today: Date | None) -> str:
         if takes_a_time(schema):
             return spoken_time(str(value))
         if takes_a_date(schema):
-            day = Date.fromisoformat(str(value))
-            if today is not None and day == today:
-                return "today"
-            if today is not None and day == today + timedelta(days=1):
-                return "tomorrow"
-            return f"on {spoken_date(day)}"
+            return spoken_day(str(value), today)
     except ValueError:  # not the format its schema said: read as it is
         pass
     return str(value)

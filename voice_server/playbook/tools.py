@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,8 @@ from .heard import words_heard
 from .schema import HttpSpec, Playbook, PythonHandler, Tool
 
 __all__ = ["FROM_CALLER", "HandlerImportError", "ToolContext", "ToolOutcome", "ToolRunner",
-           "answer_of", "offer_of", "public_schema", "resolve_python", "spoken_time"]
+           "answer_of", "offer_of", "public_schema", "resolve_python", "spoken_date", "spoken_day",
+           "spoken_time"]
 
 MAX_RESULT_CHARS = 8000
 
@@ -141,6 +142,17 @@ def spoken_date(day: str | date) -> str:
     'Tuesday 1 December'."""
     when = date.fromisoformat(day) if isinstance(day, str) else day
     return f"{when:%A} {when.day} {when:%B}"
+
+
+def spoken_day(day: str | date, today: date | None) -> str:
+    """When a day is, as a caller should hear it in a sentence: 'today', 'tomorrow' or 'on
+    Tuesday 1 December' (always the last when ``today`` is not known)."""
+    when = date.fromisoformat(day) if isinstance(day, str) else day
+    if today is not None and when == today:
+        return "today"
+    if today is not None and when == today + timedelta(days=1):
+        return "tomorrow"
+    return f"on {spoken_date(when)}"
 
 
 FROM_CALLER = "x-from-caller"  # a parameter keyword: the value must be one the caller said

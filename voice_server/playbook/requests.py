@@ -27,7 +27,7 @@ from .engine import Engine, PlaybookState, StagePlan
 from .schema import Playbook
 from .tools import ToolRunner
 
-__all__ = ["INTENT_NAME", "StageRequests", "last_asked", "today_line"]
+__all__ = ["INTENT_NAME", "StageRequests", "agent_last", "last_asked", "today_line"]
 
 INTENT_NAME = "intent"  # the structured answer's schema name
 
@@ -177,8 +177,15 @@ class StageRequests:
 def last_asked(ctx: TurnContext, st: PlaybookState) -> str | None:
     """The agent's last words in the playbook's view of the history (what the caller
     answers)."""
-    return next((str(m["content"]) for m in reversed(ctx.history[st.history_from:])
-                 if m.get("role") == "assistant" and m.get("content")), None)
+    said = agent_last(ctx, st)
+    return str(said["content"]) if said else None
+
+
+def agent_last(ctx: TurnContext, st: PlaybookState) -> dict[str, Any]:
+    """The agent's last message with words in the playbook's view of the history ({} when
+    none): its ``content`` and whether it was ``interrupted``."""
+    return next((m for m in reversed(ctx.history[st.history_from:])
+                 if m.get("role") == "assistant" and m.get("content")), {})
 
 
 def today_line(now: float) -> str:

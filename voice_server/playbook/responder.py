@@ -65,7 +65,7 @@ from ..protocol import StageChange, ToolCallEnd, ToolCallStart
 from .collect import FactSheet, declined, standing_offer
 from .confirm import confirms, heard_whole, not_yet, read_back
 from .engine import TRANSITION_TOOL, Decision, Engine, PlaybookState, ToolEvent
-from .requests import StageRequests, last_asked
+from .requests import StageRequests, agent_last, last_asked
 from .schema import Playbook
 from .tools import ToolOutcome, ToolRunner, answer_of, offer_of
 
@@ -465,8 +465,7 @@ def _loose_args(raw: str) -> dict[str, Any]:
 def _cut_short(ctx: TurnContext, st: PlaybookState, sheet: FactSheet,
                today: date | None) -> bool:
     """The agent's last words were interrupted before the caller heard every detail."""
-    last = next((m for m in reversed(ctx.history[st.history_from:])
-                 if m.get("role") == "assistant" and m.get("content")), {})
+    last = agent_last(ctx, st)
     return bool(last.get("interrupted")) and \
         not heard_whole(sheet, st.facts, today, str(last["content"]))
 

@@ -35,6 +35,7 @@ class EchoingMic:
         self._after = after
         self._gain = 10 ** (gain_db / 20)
         self._voice = np.zeros(0, dtype=np.float32)
+        self.mute: tuple[float, float] | None = None  # (from, to) s into the echo: zeros
 
     def say(self, pcm48: np.ndarray) -> None:
         self._voice = np.concatenate([self._voice, pcm48.astype(np.float32)])
@@ -43,12 +44,15 @@ class EchoingMic:
         client = self._client
         await self._after.finished.wait()
         sent = len(client.heard)
+        echoed = 0.0  # seconds of echo sent
         while True:
             await asyncio.sleep(0.02)
             fresh = client.heard[sent:]
             sent += len(fresh)
             for _, pcm in fresh:
-                out = pcm.astype(np.float32) * self._gain
+                muted = self.mute is not None and self.mute[0] <= echoed < self.mute[1]
+                echoed += len(pcm) / 48_000
+                out = pcm.astype(np.float32) * (0.0 if muted else self._gain)
                 voice, self._voice = self._voice[:len(out)], self._voice[len(out):]
                 out[:len(voice)] += voice
                 client.mic.enqueue(np.clip(out, -32768, 32767).astype(np.int16))
@@ -74,9 +78,11 @@ async def _long_answer_with_echo(url, rtc_llm, make_speech, gain_db: float
             echo.cancel()
 
 
-# alone: beside another worker's test on a 2.45 GHz EPYC the server fell 1.0-1.3 s behind its
-# inbound audio, the echo share fell to 0.00 and the agent stopped for its own words (1 of 4
-# full suites, 2026-12-01); a server behind is tested on purpose below
+# alone: beside another worker's test on a 2.45 GHz EPYC the echo share fell to 0.00 and the
+# agent stopped for its own words (1 of 4 full suites, 2026-12-01). The 0.00 was a pause in the
+# echo (the client's busy loop sent silence: the next test) and is no longer measured; under
+# four busy loops 0 of 32 runs failed since, 2-3 of ~24 before; it may run beside others again
+# once full suites agree
 @pytest.mark.serial
 @pytest.mark.parametrize("gain_db", [-20, -10, 0])
 async def test_the_agent_does_not_interrupt_itself_on_its_own_echo(url, rtc_llm, make_speech,
@@ -119,6 +125,23 @@ async def test_an_event_loop_that_stalls_does_not_make_the_echo_the_user_s(
               if (m := re.match(r"echo share of the voice over the agent: ([0-9.]+)",
                                 r.getMessage()))]
     assert len(shares) > 20, shares  # the echo was measured all along the answer
+
+
+async def test_a_silent_stretch_in_the_echo_is_not_the_user_s_voice(url, rtc_llm, make_speech,
+                                                                    caplog):
+    """The echo stops for 0.8 s and comes back (the client sends digital silence: a
+    microphone gate, or a client whose loop stalled and sent zeros in its place). The latest
+    voice then holds no sound: its echo share was 0.00, the speech was taken for the user's,
+    the agent ducked, and the echo's next words ("Both.", "Will.") were judged its own and
+    stopped the agent (2 of 3 runs of the echo test in a row under four CPU hogs on a
+    2.45 GHz EPYC, 2026-12-01). Silence is judged neither way."""
+    caplog.set_level(logging.DEBUG, logger="voice_server.server")
+    async with _long_answer_with_echo(url, rtc_llm, make_speech, -10) as (client, mic):
+        mic.mute = (1.5, 2.3)
+        await client.wait_for("tts-complete", timeout=scaled(90))
+        _assert_not_interrupted(client, caplog)
+        assert not [r for r in caplog.records if r.getMessage().startswith(
+            ("not a barge-in", "barge-in:"))], _decisions(caplog)  # never judged by its words
 
 
 def _decisions(caplog: pytest.LogCaptureFixture) -> list[str]:

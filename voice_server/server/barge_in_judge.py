@@ -44,7 +44,9 @@ ECHO_DELAY_S = 1.0  # longest delay searched between the agent's audio and its e
 ECHO_WINDOW_S = 0.6  # the latest voice judged for echo
 MAX_BEHIND_S = 2.0  # the search for echo reaches this much further back, at most
 ECHO_EVERY_S = 0.1  # speech taken for echo is measured again this often (~5 ms each)
+ECHO_AFTER_PAUSE_S = 0.2  # and, after a pause in it, once the voice has gone on this long
 ECHO_WORDS_FROM = 0.2  # below this share of its audio, speech is not echo whatever its words
+ECHO_DOUBT_FROM = 0.3  # echo's share this near the threshold, once, is measured again first
 RATE = STT_RATE  # the listener's audio
 
 
@@ -73,6 +75,9 @@ class BargeIn:
     judged_samples: int = 0  # of the utterance, when its words were last judged
     echo_share: float = 0.0  # of the agent's own audio in the voice, when last measured
     ignored: bool = False  # judged an acknowledgement, noise or echo: not a turn
+    paused: bool = False  # the echo paused since it was last measured
+    doubted_from: int | None = None  # the echo once scored just under the threshold: where
+    # the user's voice would have begun (measured again before it counts)
     after_echo: bool = False  # the user's voice began over the agent's echo
 
 
@@ -224,31 +229,50 @@ class BargeInJudge:
         """Speech judged not to interrupt goes on (echo of a long answer, or the user who
         said "okay" and then a question): echo is measured again every ``ECHO_EVERY_S`` (the
         user talking through it pauses the agent at once), other speech has its latest words
-        judged again each second."""
+        judged again each second. A pause in the echo is not measured (nothing in silence
+        tells echo from the user: the echo as digital silence scored 0.00, was taken for the
+        user's voice, and its next words, "Both.", stopped the agent), and the voice after
+        it is measured once it has gone on ``ECHO_AFTER_PAUSE_S`` (its first 60 ms, the
+        echo coming back, scored 0.26). A window of echo that scores just under the threshold
+        (``ECHO_DOUBT_FROM`` or more) is measured again before it counts: under a busy CPU
+        the echo's delay jumps with each stall, a window across the jump scored 0.50 or 0.39,
+        and the agent stopped for its own words ("Let's see." for "... from the sea"); the
+        user talking over the echo at -10 dB scores under 0.2 at once."""
         vad = self.vad()
-        grown = vad.utterance_samples - barge.judged_samples
-        if grown < (ECHO_EVERY_S * RATE if self.is_echo(barge.echo_share) else RATE):
+        echo = self.is_echo(barge.echo_share)
+        if echo and vad.silence_ms >= ECHO_EVERY_S * 1000:
+            barge.judged_samples, barge.paused = vad.utterance_samples, True
             return
+        grown = vad.utterance_samples - barge.judged_samples
+        every = (ECHO_AFTER_PAUSE_S if barge.paused else ECHO_EVERY_S) if echo else 1.0
+        if grown < every * RATE:
+            return
+        barge.paused = False
         turn = self.conversation().interruptible_turn()
         if turn is None and barge.agent_said:  # an acknowledgement that outlived the answer
             return
-        was_echo = self.is_echo(barge.echo_share)
         voice_from = barge.judged_samples - int(ECHO_WINDOW_S * RATE
                                                 + self.settings.vad_pre_roll_ms * RATE / 1000)
         barge.judged_samples = vad.utterance_samples
-        barge.echo_share = self.echo_share()
-        if self.is_echo(barge.echo_share):
+        share = self.echo_share()
+        doubted, barge.doubted_from = barge.doubted_from, None
+        if echo and doubted is None and ECHO_DOUBT_FROM <= share and not self.is_echo(share):
+            barge.doubted_from = voice_from  # a stall's jump in the echo's delay, or the user?
+            log.debug("echo share %.2f: measured again before it counts", share)
             return
-        if was_echo:  # the user's voice began after the last window found echo: the turn is
+        barge.echo_share = share
+        if self.is_echo(share):
+            return
+        if echo:  # the user's voice began after the last window found echo: the turn is
             # theirs from there (the agent's words before it are not the user's, and made
             # Whisper stop at them or mishear what followed)
-            vad.forget_before(max(0, voice_from))
+            vad.forget_before(max(0, voice_from if doubted is None else doubted))
             barge.judged_samples = vad.utterance_samples
         barge.ignored = False
         barge.agent_said = turn.spoken_text() if turn is not None else ""
         barge.detected = time.monotonic()
         self.duck(barge.echo_share)
-        if was_echo:  # its words are judged as any speech over the agent (``step``), once it
+        if echo:  # its words are judged as any speech over the agent (``step``), once it
             # has spoken ``BARGE_IN_JUDGE_S``, with the echo taken out (``_judge``): judged at
             # once, on the echo kept before the voice and ~0.2 s of it, Whisper wrote the
             # agent's words ("With the light" for "Stop.", 8 of 8 runs); 300 ms later without

@@ -88,11 +88,3 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     with hold_test_lock(lock_dir(), serial=item.get_closest_marker("serial") is not None):
         return (yield)
 
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The files whose tests load real models (marked ``slow``) first, each file whole and in
-    its order. The two workers take whole files (``--dist loadfile``), in this order, as they
-    finish: a long file handed out last kept one worker busy while the other had nothing left
-    (longest first). On a 2.45 GHz AMD EPYC with AVX2 alone the suite took 15 min 6 s."""
-    slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
-    items.sort(key=lambda item: item.path not in slow)  # a stable sort

@@ -44,6 +44,7 @@ ECHO_DELAY_S = 1.0  # longest delay searched between the agent's audio and its e
 ECHO_WINDOW_S = 0.6  # the latest voice judged for echo
 MAX_BEHIND_S = 2.0  # the search for echo reaches this much further back, at most
 ECHO_EVERY_S = 0.1  # speech taken for echo is measured again this often (~5 ms each)
+ECHO_PAUSE_S = 0.1  # silence this long in speech taken for echo is a pause in it
 ECHO_AFTER_PAUSE_S = 0.2  # and, after a pause in it, once the voice has gone on this long
 ECHO_WORDS_FROM = 0.2  # below this share of its audio, speech is not echo whatever its words
 ECHO_DOUBT_FROM = 0.3  # echo's share this near the threshold, once, is measured again first
@@ -229,18 +230,19 @@ class BargeInJudge:
         """Speech judged not to interrupt goes on (echo of a long answer, or the user who
         said "okay" and then a question): echo is measured again every ``ECHO_EVERY_S`` (the
         user talking through it pauses the agent at once), other speech has its latest words
-        judged again each second. A pause in the echo is not measured (nothing in silence
-        tells echo from the user: the echo as digital silence scored 0.00, was taken for the
-        user's voice, and its next words, "Both.", stopped the agent), and the voice after
-        it is measured once it has gone on ``ECHO_AFTER_PAUSE_S`` (its first 60 ms, the
-        echo coming back, scored 0.26). A window of echo that scores just under the threshold
-        (``ECHO_DOUBT_FROM`` or more) is measured again before it counts: under a busy CPU
-        the echo's delay jumps with each stall, a window across the jump scored 0.50 or 0.39,
-        and the agent stopped for its own words ("Let's see." for "... from the sea"); the
-        user talking over the echo at -10 dB scores under 0.2 at once."""
+        judged again each second. A pause in the echo (``ECHO_PAUSE_S`` of silence) is not
+        measured (nothing in silence tells echo from the user: the echo as digital silence
+        scored 0.00, was taken for the user's voice, and its next words, "Both.", stopped the
+        agent), and the voice after it is measured once it has gone on ``ECHO_AFTER_PAUSE_S``
+        (its first 60 ms, the echo coming back, scored 0.26). A window of echo that scores
+        just under the threshold (``ECHO_DOUBT_FROM`` or more) is measured again before it
+        counts: under a busy CPU the echo's delay jumps with each stall, a window across the
+        jump scored 0.50 or 0.39, and the agent stopped for its own words ("Let's see." for
+        "... from the sea"); the user talking over the echo at -10 dB scores under 0.2 at
+        once."""
         vad = self.vad()
         echo = self.is_echo(barge.echo_share)
-        if echo and vad.silence_ms >= ECHO_EVERY_S * 1000:
+        if echo and vad.silence_ms >= ECHO_PAUSE_S * 1000:
             barge.judged_samples, barge.paused = vad.utterance_samples, True
             return
         grown = vad.utterance_samples - barge.judged_samples

@@ -123,6 +123,11 @@ async def test_an_endpoint_that_cannot_answer_is_said_at_start(fake: FakeOpenAI,
         named = OpenAICompatProvider(base_url=ollama.base_url, default_model="llama3.2")
         assert await named.problem("llama3.2") is None
         await named.aclose()
+    # a llama.cpp server lists its one model by its file and answers any name with it
+    async with FakeOpenAI(model="/models/SmolLM2-135M-Instruct.Q4_1.gguf") as llama_cpp:
+        any_name = OpenAICompatProvider(base_url=llama_cpp.base_url, default_model="smollm2")
+        assert await any_name.problem("smollm2") is None
+        await any_name.aclose()
 
     from voice_server.config import load_settings
     from voice_server.server.app import VoiceServer

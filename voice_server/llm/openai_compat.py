@@ -225,7 +225,10 @@ class OpenAICompatProvider:
     async def problem(self, model: str | None, timeout_s: float = 3.0) -> str | None:
         """What keeps this endpoint from answering ``model``'s turns, said at start, or None:
         it cannot be reached, or does not list the model (Ollama's "llama3.2" is its
-        "llama3.2:latest"). Asks for its models only, no answer."""
+        "llama3.2:latest"). A llama.cpp server (llama-server, llama-cpp-python's) lists its
+        one model by its ``.gguf`` file and answers any name with it: that is no problem (the
+        latency benchmark's server was said to fail every turn, and answered them all). Asks
+        for its models only, no answer."""
         try:
             async with asyncio.timeout(timeout_s):
                 models = await self.list_models()
@@ -233,6 +236,8 @@ class OpenAICompatProvider:
             return f"the LLM endpoint sent no list of models in {timeout_s:g} s"
         except LLMError as exc:
             return str(exc)
+        if len(models) == 1 and models[0].lower().endswith(".gguf"):
+            return None
         if model and models and not any(m == model or m.startswith(f"{model}:")
                                          for m in models):
             listed = ", ".join(models[:8]) + (", ..." if len(models) > 8 else "")

@@ -43,8 +43,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-__all__ = ["Ending", "EndOfTurnPolicy", "Verdict", "only_a_greeting", "only_signs_off",
-           "signs_off", "unfinished"]
+__all__ = ["Ending", "EndOfTurnPolicy", "Verdict", "only_a_greeting", "only_asks_to_wait",
+           "only_signs_off", "signs_off", "unfinished"]
 
 _WORD = re.compile(r"[a-z0-9']+")
 # words a finished English sentence does not end on
@@ -133,6 +133,25 @@ def only_a_greeting(text: str) -> bool:
     took the turn, and the request that followed cut the answer."""
     words = _WORD.findall(text.lower())
     return bool(words) and set(words) <= _IN_A_GREETING and not _GREETING.isdisjoint(words)
+
+
+# a request to stop or wait alone: words of these, one of them a request's own (or "one
+# second", "just a moment": a while asked for; "Second." alone may answer "Which one?")
+_WAIT = frozenset("stop wait hold hang pause".split())
+_A_WHILE = frozenset("moment second sec minute".split())
+_IN_A_WAIT = _WAIT | _A_WHILE | frozenset("on it please sorry just a one hey oh okay ok".split())
+
+
+def only_asks_to_wait(text: str) -> bool:
+    """"Stop, please.", "Wait.", "Hold on a second.": the words ask the agent to stop or wait
+    and say nothing else. A caller who interrupts so mostly goes on ("Stop, please. What time
+    is it in Tokyo?") after a sentence's pause, which voice and words find finished: answered
+    after 200 ms, the answer began in that pause and the caller's question cut it (the latency
+    benchmark's echo phase, on a CPU quick enough to answer within the pause)."""
+    words = set(_WORD.findall(text.lower()))
+    return bool(words) and words <= _IN_A_WAIT and (
+        not words.isdisjoint(_WAIT) or (not words.isdisjoint(_A_WHILE)
+                                        and not words.isdisjoint({"one", "just", "a"})))
 
 
 # what a caller ends a call or a request with, as the last words of the turn
@@ -227,7 +246,7 @@ class Verdict:
     wait_ms: int  # trailing silence the turn needs before it ends
     # "complete", "words complete", "sign-off", "unfinished words", "unfinished reading",
     # "unfinished sentence", "unlikely last word", "turn model: not finished", "greeting",
-    # "unsure", "fallback"
+    # "asks to wait", "unsure", "fallback"
     reason: str
     probability: float | None = None  # the turn model's, when it answered
 
@@ -271,6 +290,8 @@ class EndOfTurnPolicy:
             return waits
         if signs_off(words):
             return Verdict(self.commit_ms, "sign-off", probability)
+        if only_asks_to_wait(words):  # and what they want, after the pause?
+            return Verdict(self.max_ms, "asks to wait", probability)
         if (ending is not None and ending.sentence_end < self.sentence_end_below
                 and not _one_word(words)):
             return Verdict(self.max_ms, "unfinished sentence", probability)

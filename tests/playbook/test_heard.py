@@ -19,6 +19,7 @@ from .conftest import PLAYBOOKS
     ("On Monday at 10 in the morning, please.", (10, 0)),
     ("On Monday at ten in the morning, please.", (10, 0)),
     ("On Tuesday at half past 2 in the afternoon, please.", (14, 30)),
+    ("On Tuesday at half pass 2 in the afternoon, please.", (14, 30)),  # heard so, 2026-12-02
     ("On Wednesday at 930 in the morning, please.", (9, 30)),
     ("On Wednesday at nine thirty in the morning, please.", (9, 30)),
     ("A table for two people at 7.30 in the evening, please.", (19, 30)),

@@ -81,7 +81,9 @@ def time_named(said: str) -> tuple[int, int] | None:
     before it; after "for", only minutes, "o'clock" or "am"/"pm" ("a table for four in the
     evening" names no time)."""
     text = WRITTEN_DATE.sub(" ", said.lower().replace("a.m.", "am").replace("p.m.", "pm"))
-    words = _TOKENS.findall(text)
+    # Whisper writes "half pass 2" for "half past two" said with its t dropped; "pass" names
+    # a time only where "past" would: after its minutes, before the hour
+    words = ["past" if word == "pass" else word for word in _TOKENS.findall(text)]
     times = {hhmm for i in range(len(words)) if (hhmm := _time_at(words, i)) is not None}
     times |= {(12, 0) for w in ("noon", "midday") if w in words}
     times |= {(0, 0) for w in ("midnight",) if w in words}

@@ -133,8 +133,13 @@ async def test_interrupting_before_the_first_audio_closes_the_turn(voice_server,
     """Issue 22, item 1: the user speaks again while the answer is still streaming as text and
     none of it has been spoken. The half-written bubble must not stay open ("I'm▍" forever):
     it ends as the text so far, marked interrupted, and the new question gets its answer."""
+    # two words at once, then nothing for 6 s: the text streams ("Let" goes out once " me" is
+    # in), and the first piece, two words (tts_first_piece_words) ended by the next word's
+    # space, cannot be spoken before the user goes on. With a word every 0.6 s it was spoken
+    # 1.8 s in, before the second question was heard, once, in a CI beside other tests on an
+    # AMD EPYC with AVX-512 (2026-12-02).
     slow = Reply(text="Let me think about that question for a little while longer now.",
-                 chunk_delay_s=0.6)
+                 stall_after_words=2, stall_s=6.0)
     web_llm.add(slow, "Berlin is the capital of Germany.")
     # a question that ends on a likely last word: "capital city of France" in espeak-ng was
     # heard "capital and friends?" and "capital city on France?" on some CPUs, and such an
@@ -160,7 +165,8 @@ async def test_interrupting_before_the_first_audio_closes_the_turn(voice_server,
                 raise AssertionError(f"the turns did not both close; events: {log}") from exc
             log = [t for t, _ in await page.evaluate("window.voiceLog")]
             first_end = log.index("tts-cancelled") if "tts-cancelled" in log else log.index("llm")
-            assert "llm-chunk" in log[:first_end] and "tts-start" not in log[:first_end], log
+            assert "llm-chunk" in log[:first_end] and "tts-start" not in log[:first_end], \
+                " ".join(log)
             agents = page.locator(".bubble.agent")
             first, second = agents.nth(0), agents.nth(1)
             classes = (await first.get_attribute("class") or "").split()

@@ -139,7 +139,9 @@ def only_a_greeting(text: str) -> bool:
 # second", "just a moment": a while asked for; "Second." alone may answer "Which one?")
 _WAIT = frozenset("stop wait hold hang pause".split())
 _A_WHILE = frozenset("moment second sec minute".split())
-_IN_A_WAIT = _WAIT | _A_WHILE | frozenset("on it please sorry just a one hey oh okay ok".split())
+_ASKING_A_WHILE = frozenset("one just a".split())
+_IN_A_WAIT = _WAIT | _A_WHILE | _ASKING_A_WHILE | frozenset(
+    "on it please sorry hey oh okay ok".split())
 
 
 def only_asks_to_wait(text: str) -> bool:
@@ -149,9 +151,8 @@ def only_asks_to_wait(text: str) -> bool:
     after 200 ms, the answer began in that pause and the caller's question cut it (the latency
     benchmark's echo phase, on a CPU quick enough to answer within the pause)."""
     words = set(_WORD.findall(text.lower()))
-    return bool(words) and words <= _IN_A_WAIT and (
-        not words.isdisjoint(_WAIT) or (not words.isdisjoint(_A_WHILE)
-                                        and not words.isdisjoint({"one", "just", "a"})))
+    asks_a_while = not words.isdisjoint(_A_WHILE) and not words.isdisjoint(_ASKING_A_WHILE)
+    return bool(words) and words <= _IN_A_WAIT and (not words.isdisjoint(_WAIT) or asks_a_while)
 
 
 # what a caller ends a call or a request with, as the last words of the turn

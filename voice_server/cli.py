@@ -23,10 +23,8 @@ __all__ = ["main"]
 
 # Modules that add subcommands; one line each.
 _COMMAND_MODULES: list[str] = [
-    "voice_server.adapters.cli",
-    "voice_server.adapters.prompt.cli",
+    "voice_server.adapters.cli",  # ``sidecar NAME`` and the sidecars' own commands
     "voice_server.playbook.cli",
-    "voice_server.adapters.host.cli",
     "voice_server.doctor",
 ]
 

@@ -1,8 +1,9 @@
-"""``voice-server sidecar NAME``: one subcommand per text-only sidecar adapter.
+"""``voice-server sidecar NAME``: one subcommand per text-only sidecar adapter, plus the
+commands a sidecar adds of its own (``prompt``, ``host-chat``).
 
-Each module listed in ``_SIDECARS`` exposes ``add_sidecar_parser(sidecar_subparsers)``
-(top-level commands of an adapter, like ``host-chat``, are registered through
-``voice_server.cli._COMMAND_MODULES``). What the sidecars share to run is in ``kit.py``.
+Each sidecar in ``adapters.SIDECARS`` has a ``cli`` module whose ``register(commands,
+sidecars)`` adds its ``sidecar NAME`` subcommand and any commands of its own. What the
+sidecars share to run is in ``kit.py``.
 """
 
 from __future__ import annotations
@@ -10,20 +11,14 @@ from __future__ import annotations
 import argparse
 import importlib
 
-__all__ = ["register"]
+from . import SIDECARS
 
-# One line per sidecar adapter module.
-_SIDECARS: list[str] = [
-    "voice_server.adapters.prompt.cli",
-    "voice_server.adapters.caller.cli",
-    "voice_server.adapters.broker.cli",
-    "voice_server.adapters.host.cli",
-]
+__all__ = ["register"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     sidecar = subparsers.add_parser("sidecar", help="run a text-only LLM sidecar adapter",
                                     description="Run one sidecar adapter over the LLM layer.")
     sidecar_sub = sidecar.add_subparsers(dest="sidecar", required=True)
-    for name in _SIDECARS:
-        importlib.import_module(name).add_sidecar_parser(sidecar_sub)
+    for name in SIDECARS:
+        importlib.import_module(f"{__package__}.{name}.cli").register(subparsers, sidecar_sub)

@@ -3,7 +3,7 @@
 ``config`` maps a sidecar name to its options, e.g. ``{"broker": {"port": 8790, "http_port":
 8791}, "host": {"port": 8792}, "caller": {"port": 4037, "token": "..."}, "prompt": {"port":
 53051}}``; every sidecar shares the server's ``LLMRouter`` and settings. Each module in
-``_RUNNERS`` exposes its sidecar's ``run_sidecar`` (see ``kit``).
+``adapters.SIDECARS`` exposes its sidecar's ``run_sidecar`` (see ``kit``).
 """
 
 from __future__ import annotations
@@ -18,18 +18,11 @@ from pydantic import ValidationError
 from ..config import ConfigError, Settings
 from ..llm import LLMRouter
 from ..serving import os_error_text
+from . import SIDECARS
 from .kit import validation_text
 
 __all__ = ["check_sidecars", "launch_sidecars"]
 
-# One line per sidecar adapter that can run beside the voice server: its module and the
-# pydantic model of its options
-_RUNNERS: dict[str, tuple[str, str]] = {
-    "broker": ("voice_server.adapters.broker.server", "BrokerSidecarConfig"),
-    "host": ("voice_server.adapters.host.server", "HostSidecarConfig"),
-    "caller": ("voice_server.adapters.caller.sidecar", "CallerSidecarConfig"),
-    "prompt": ("voice_server.adapters.prompt.server", "PromptSidecarConfig"),
-}
 _PORT_FIELDS = ("port", "http_port", "grpc_port")
 _ANY_ADDRESS = {"", "0.0.0.0", "::"}
 
@@ -40,12 +33,12 @@ def check_sidecars(config: Mapping[str, Mapping[str, Any]] | None,
     this before its models, which take seconds): known names, each one's options, and no port
     taken twice, the voice server's own included. Returns each sidecar's options model."""
     config = dict(config or {})
-    unknown = sorted(set(config) - set(_RUNNERS))
+    unknown = sorted(set(config) - set(SIDECARS))
     if unknown:
-        raise ConfigError(f"unknown sidecars {unknown}; known: {sorted(_RUNNERS)}")
+        raise ConfigError(f"unknown sidecars {unknown}; known: {sorted(SIDECARS)}")
     checked: dict[str, Any] = {}
     for name, options in config.items():
-        module, model = _RUNNERS[name]
+        module, model = SIDECARS[name]
         try:
             checked[name] = getattr(importlib.import_module(module), model).model_validate(
                 options or {})
@@ -77,7 +70,7 @@ async def launch_sidecars(router: LLMRouter, config: Mapping[str, Mapping[str, A
     async with contextlib.AsyncExitStack() as stack:
         ready: dict[str, dict[str, str]] = {}
         for name, options in checked.items():
-            runner = importlib.import_module(_RUNNERS[name][0]).run_sidecar
+            runner = importlib.import_module(SIDECARS[name][0]).run_sidecar
             try:
                 context = runner(router, options, settings)
                 ready[name] = await stack.enter_async_context(context)

@@ -6,7 +6,7 @@ import argparse
 
 from ..kit import add_sidecar_command, serve_sidecar, settings_from_args, sidecar_config
 
-__all__ = ["add_sidecar_parser"]
+__all__ = ["register"]
 
 
 def _model_pair(text: str) -> tuple[str, str]:
@@ -16,9 +16,10 @@ def _model_pair(text: str) -> tuple[str, str]:
     return name, spec
 
 
-def add_sidecar_parser(sidecar_subparsers: argparse._SubParsersAction) -> None:
+def register(commands: argparse._SubParsersAction,
+             sidecars: argparse._SubParsersAction) -> None:
     parser = add_sidecar_command(
-        sidecar_subparsers, "broker", _run,
+        sidecars, "broker", _run,
         help="4-byte length-prefixed JSON over TCP, plus its HTTP proxy",
         description="Serve the broker wire protocol (and optionally its HTTP proxy).")
     parser.add_argument("--http-port", type=int, default=None,

@@ -25,7 +25,7 @@ from .config import (
     load_providers,
 )
 
-__all__ = ["add_sidecar_parser", "run"]
+__all__ = ["register", "run"]
 
 
 def _whole(variable: str) -> Callable[[str], int]:
@@ -40,7 +40,8 @@ def _whole(variable: str) -> Callable[[str], int]:
     return parse
 
 
-def add_sidecar_parser(sidecars: argparse._SubParsersAction) -> None:
+def register(commands: argparse._SubParsersAction,
+             sidecars: argparse._SubParsersAction) -> None:
     p = sidecars.add_parser(
         "caller", help="LLM caller: HTTP + SSE on /mcp/..., MCP tools on /mcp or stdio",
         description="LLM caller sidecar (chat, chatStream, embed, listModels, getHealth).")

@@ -7,12 +7,15 @@ import sys
 
 from ..kit import add_sidecar_command, run_async, serve_sidecar, settings_from_args, sidecar_config
 
-__all__ = ["add_sidecar_parser", "register"]
+__all__ = ["register"]
 
 
-def add_sidecar_parser(sidecar_subparsers: argparse._SubParsersAction) -> None:
+def register(commands: argparse._SubParsersAction,
+             sidecars: argparse._SubParsersAction) -> None:
+    """``voice-server sidecar host`` and ``voice-server host-chat``."""
+    _add_host_chat(commands)
     parser = add_sidecar_command(
-        sidecar_subparsers, "host", _serve, help="NDJSON chat host over TCP and/or a Unix socket",
+        sidecars, "host", _serve, help="NDJSON chat host over TCP and/or a Unix socket",
         description="Serve the NDJSON host protocol (server_info / chat_start / chat_chunk / "
                     "chat_end / abort) over the LLM layer.")
     parser.add_argument("--no-tcp", action="store_true", help="serve the Unix socket only")
@@ -35,7 +38,7 @@ def _add_swarm_flags(parser: argparse.ArgumentParser, key_help: str) -> None:
                         help="this node is reachable without holepunching (local testnet)")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def _add_host_chat(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "host-chat", help="chat with an NDJSON host (TCP, Unix socket or Hyperswarm bridge)",
         description="Send prompts to a host and stream the answers to stdout. Without PROMPT, "

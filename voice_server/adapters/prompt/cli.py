@@ -30,7 +30,7 @@ from .errors import PromptError, ToolNotFound
 from .factory import PROVIDERS
 from .store import ToolConfig, open_store
 
-__all__ = ["add_sidecar_parser", "register"]
+__all__ = ["register"]
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -65,9 +65,10 @@ def _add_service_flags(parser: argparse.ArgumentParser, *, config: bool = True) 
                             help="voice-server settings file (the local model's options)")
 
 
-def register(subparsers: Any) -> None:
-    """Add the ``prompt`` command group to the top-level ``voice-server`` parser."""
-    prompt = subparsers.add_parser("prompt", help="run prompts through configured tools",
+def register(commands: Any, sidecars: Any) -> None:
+    """The ``prompt`` command group and ``voice-server sidecar prompt``."""
+    _add_sidecar_command(sidecars)
+    prompt = commands.add_parser("prompt", help="run prompts through configured tools",
                                    description=__doc__.splitlines()[0].replace("``", ""))
     sub = prompt.add_subparsers(dest="prompt_command", required=True)
 
@@ -114,8 +115,8 @@ def register(subparsers: Any) -> None:
     tools_command("remove", _cmd_tools_remove, "remove a tool").add_argument("name")
 
 
-def add_sidecar_parser(sidecar_subparsers: Any) -> None:
-    """Add ``voice-server sidecar prompt``: Connect JSON + gRPC-JSON servers."""
+def _add_sidecar_command(sidecar_subparsers: Any) -> None:
+    """``voice-server sidecar prompt``: Connect JSON + gRPC-JSON servers."""
     from .server import DEFAULT_GRPC_PORT, DEFAULT_PORT
 
     parser = add_sidecar_command(

@@ -19,6 +19,14 @@ COMMANDS="espeak-ng sox ip unshare redis-server strace"
 root() { [ "$(id -u)" = 0 ]; }
 
 if command -v dpkg >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  # The page in a second browser engine (tests/web/test_firefox.py), a test only root runs:
+  # Debian's Firefox ESR (Ubuntu has Firefox only as a snap: not in its apt sources, skipped,
+  # as the test is) and a sound server for its Web Audio. PulseAudio would replace a desktop's
+  # PipeWire sound server, so only where there is none.
+  if root; then
+    PACKAGES="$PACKAGES firefox-esr"
+    dpkg -s pipewire-pulse >/dev/null 2>&1 || PACKAGES="$PACKAGES pulseaudio"
+  fi
   missing=""
   for p in $PACKAGES; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
   if [ -n "$missing" ]; then

@@ -1,0 +1,146 @@
+"""One conversation in headless Firefox with the real voice_server, run by test_firefox.py in a
+network namespace of its own: ``python -m tests.web.firefox_session --mic WAV --log FILE``
+prints one JSON line of what the page showed.
+
+Firefox is driven through Marionette, its own remote protocol, by Mozilla's
+``marionette-driver``. It has no fake microphone that plays a file, so the page's
+``getUserMedia`` answers with a Web Audio stream that plays the WAV from the moment the page
+opens the microphone, as Chromium's ``--use-file-for-fake-audio-capture`` does. Web Audio needs
+a sound server (the test starts a PulseAudio with a null sink; ``PULSE_SERVER``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.support.fake_openai import FakeOpenAI
+
+REPLY = "The moon is about four hundred thousand kilometres away."
+HOST = "10.99.0.1"  # the namespace's own address (test_firefox.py); Firefox offers no loopback
+
+PREFS = {
+    "media.navigator.permission.disabled": True,
+    "media.autoplay.default": 0,
+    "media.autoplay.block-webaudio": False,
+    "media.peerconnection.ice.obfuscate_host_addresses": False,  # no mDNS names
+    "devtools.console.stdout.content": True,  # the page's console in the log
+    "browser.shell.checkDefaultBrowser": False,
+    "datareporting.policy.dataSubmissionEnabled": False,
+    "toolkit.telemetry.enabled": False,
+    "app.update.enabled": False,
+}
+
+FAKE_MIC = """
+(() => {
+  const bytes = Uint8Array.from(atob(%s), (c) => c.charCodeAt(0));
+  window.fakeMic = {opened: 0};
+  navigator.mediaDevices.getUserMedia = async () => {
+    const ctx = new AudioContext({sampleRate: 48000});
+    const buffer = await ctx.decodeAudioData(bytes.buffer.slice(0));
+    const source = ctx.createBufferSource();
+    source.buffer = buffer;
+    const out = ctx.createMediaStreamDestination();
+    source.connect(out);
+    source.start();
+    window.fakeMic.opened++;
+    return out.stream;
+  };
+})();
+"""
+
+STATE = """
+const w = window.wrappedJSObject;
+const texts = (sel) => [...document.querySelectorAll(sel)].map((e) => e.innerText);
+const latency = document.querySelector('.bubble.agent .latency');
+return {
+  transport: document.querySelector('#transport').innerText,
+  opened: w.fakeMic ? w.fakeMic.opened : 0,
+  user: texts('.bubble.user:not(.interim)'),
+  agent: texts('.bubble.agent .text'),
+  done: document.querySelectorAll('.bubble.agent.done').length,
+  interrupted: document.querySelectorAll('.bubble.agent.interrupted').length,
+  figures: latency ? latency.textContent : "",
+};"""
+
+# in the page's scope, like FAKE_MIC: the answer lands in window.inboundAudio
+INBOUND_AUDIO = """
+(async () => {
+  const pc = window.voiceApp.client.peerConnection;
+  for (const s of (await pc.getStats()).values()) {
+    if (s.type === "inbound-rtp" && s.kind === "audio") {
+      window.inboundAudio = {packets: s.packetsReceived, energy: s.totalAudioEnergy || 0};
+    }
+  }
+})();
+"""
+INJECT = ("const s = document.createElement('script'); s.textContent = arguments[0]; "
+          "document.head.appendChild(s);")
+
+
+def _until(client: Any, script: str, test: Any, timeout_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = client.execute_script(script)
+        if test(value) or time.monotonic() > deadline:
+            return value
+        time.sleep(0.25)
+
+
+def converse(url: str, mic: Path, log: Path) -> dict[str, Any]:
+    """Open the page, talk once, and say what it showed."""
+    from marionette_driver.by import By
+    from marionette_driver.marionette import Marionette
+
+    client = Marionette(host="127.0.0.1", port=0, bin=_firefox(), headless=True,
+                        prefs=PREFS, gecko_log=str(log), startup_timeout=120)
+    try:
+        client.start_session()
+        client.navigate(url)
+        connected = _until(client, "return document.querySelector('#conn').dataset.state",
+                           lambda state: state == "connected", 30)
+        audio = base64.b64encode(mic.read_bytes()).decode()
+        client.execute_script(INJECT, script_args=[FAKE_MIC % f'"{audio}"'])
+        client.find_element(By.ID, "talk").click()
+        state = _until(client, STATE, lambda s: s["done"] and "STT" in s["figures"], 60)
+        state["connected"] = connected
+        client.execute_script(INJECT, script_args=[INBOUND_AUDIO])
+        state["inbound"] = _until(client, "return window.wrappedJSObject.inboundAudio || null",
+                                  bool, 10)
+        return state
+    finally:
+        client.cleanup()
+
+
+def _firefox() -> str:
+    found = shutil.which("firefox-esr")
+    if found is None:
+        raise SystemExit("no firefox-esr on PATH")
+    return found
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    from voice_server.config import load_settings
+    from voice_server.server.app import VoiceServer
+
+    async with FakeOpenAI() as fake:
+        fake.add(REPLY)
+        settings = load_settings(port=0, llm_provider="openai_compat",
+                                 llm_base_url=fake.base_url, llm_model="fake-model",
+                                 ice_host_addresses=HOST, ice_candidate_allow=HOST)
+        async with VoiceServer(settings) as server:
+            url = f"http://127.0.0.1:{server.port}/?echoCancellation=0"
+            return await asyncio.to_thread(converse, url, Path(args.mic), Path(args.log))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mic", required=True, help="48 kHz mono WAV the microphone plays")
+    parser.add_argument("--log", required=True, help="Firefox's log (the page's console too)")
+    print(json.dumps(asyncio.run(main(parser.parse_args()))), flush=True)

@@ -1,6 +1,7 @@
 """One conversation in headless Firefox with the real voice_server, run by test_firefox.py in a
-network namespace of its own: ``python -m tests.web.firefox_session --mic WAV --log FILE``
-prints one JSON line of what the page showed.
+network namespace of its own: ``python -m tests.web.firefox_session --mic WAV --log FILE
+--reply TEXT [--reply TEXT ...]`` (the scripted LLM's answers, one a turn) prints one JSON line
+of what the page showed once every answer is done (spoken whole or interrupted).
 
 Firefox is driven through Marionette, its own remote protocol, by Mozilla's
 ``marionette-driver``. It has no fake microphone that plays a file, so the page's
@@ -22,7 +23,6 @@ from typing import Any
 
 from tests.support.fake_openai import FakeOpenAI
 
-REPLY = "The moon is about four hundred thousand kilometres away."
 HOST = "10.99.0.1"  # the namespace's own address (test_firefox.py); Firefox offers no loopback
 
 PREFS = {
@@ -93,8 +93,8 @@ def _until(client: Any, script: str, test: Any, timeout_s: float) -> dict[str, A
         time.sleep(0.25)
 
 
-def converse(url: str, mic: Path, log: Path) -> dict[str, Any]:
-    """Open the page, talk once, and say what it showed."""
+def converse(url: str, mic: Path, log: Path, turns: int) -> dict[str, Any]:
+    """Open the page, talk until ``turns`` answers are done, and say what it showed."""
     from marionette_driver.by import By
     from marionette_driver.marionette import Marionette
 
@@ -108,7 +108,8 @@ def converse(url: str, mic: Path, log: Path) -> dict[str, Any]:
         audio = base64.b64encode(mic.read_bytes()).decode()
         client.execute_script(INJECT, script_args=[FAKE_MIC % f'"{audio}"'])
         client.find_element(By.ID, "talk").click()
-        state = _until(client, STATE, lambda s: s["done"] and "STT" in s["figures"], 60)
+        state = _until(client, STATE, lambda s: s["done"] >= turns and "STT" in s["figures"],
+                       30 + 30 * turns)
         state["connected"] = connected
         client.execute_script(INJECT, script_args=[INBOUND_AUDIO])
         state["inbound"] = _until(client, "return window.wrappedJSObject.inboundAudio || null",
@@ -130,17 +131,20 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     from voice_server.server.app import VoiceServer
 
     async with FakeOpenAI() as fake:
-        fake.add(REPLY)
+        fake.add(*args.reply)
         settings = load_settings(port=0, llm_provider="openai_compat",
                                  llm_base_url=fake.base_url, llm_model="fake-model",
                                  ice_host_addresses=HOST, ice_candidate_allow=HOST)
         async with VoiceServer(settings) as server:
             url = f"http://127.0.0.1:{server.port}/?echoCancellation=0"
-            return await asyncio.to_thread(converse, url, Path(args.mic), Path(args.log))
+            return await asyncio.to_thread(converse, url, Path(args.mic), Path(args.log),
+                                           len(args.reply))
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--mic", required=True, help="48 kHz mono WAV the microphone plays")
     parser.add_argument("--log", required=True, help="Firefox's log (the page's console too)")
+    parser.add_argument("--reply", action="append", required=True,
+                        help="the scripted LLM's answer to a turn (one per turn, in order)")
     print(json.dumps(asyncio.run(main(parser.parse_args()))), flush=True)

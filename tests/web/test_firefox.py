@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -70,33 +71,56 @@ def pulseaudio(folder: Path) -> Iterator[str]:
         process.wait(10)
 
 
-def test_firefox_talks_with_the_server(make_speech, tmp_path: Path) -> None:
-    """Speak a question in Firefox: the page connects over WebRTC, shows the transcript and
-    the agent's reply with the server's figures, and the reply's voice arrives on the inbound
-    audio track; the page logs no JavaScript error."""
-    from tests.web.firefox_session import REPLY
-
-    mic = mic_file(tmp_path, make_speech, ("How far away is the moon?", 1.5, 2.0))
+def converse(tmp_path: Path, mic: Path, replies: list[str]) -> dict[str, Any]:
+    """Run ``firefox_session`` in the test's namespace with a sound server; what the page
+    showed, after checking that Firefox logged no JavaScript error of the page's."""
     log = tmp_path / "firefox.log"
     pulse_dir = tmp_path / "pulse"
     pulse_dir.mkdir()
     with pulseaudio(pulse_dir) as pulse_server:
         run = subprocess.run(
             ["unshare", "-n", "sh", "-c", NAMESPACE, "sh", sys.executable, "-m",
-             "tests.web.firefox_session", "--mic", str(mic), "--log", str(log)],
+             "tests.web.firefox_session", "--mic", str(mic), "--log", str(log),
+             *(arg for reply in replies for arg in ("--reply", reply))],
             cwd=ROOT, env={**os.environ, "PULSE_SERVER": pulse_server}, capture_output=True,
             text=True, timeout=scaled(240))
     assert run.returncode == 0, run.stderr[-3000:]
+    errors = [line for line in log.read_text(errors="replace").splitlines()
+              if line.startswith("JavaScript error: http://127.0.0.1")]
+    assert errors == [], errors
     page = json.loads(run.stdout.strip().splitlines()[-1])
     assert page["connected"] == "connected", page
     assert page["transport"] == "WebRTC", page
     assert page["opened"] == 1, page
-    assert len(page["user"]) == 1 and "moon" in page["user"][0].lower(), page
-    assert page["agent"] == [REPLY], page
-    assert page["done"] == 1 and page["interrupted"] == 0, page
-    assert "STT" in page["figures"], page
     inbound = page["inbound"]
     assert inbound and inbound["packets"] > 50 and inbound["energy"] > 0, page
-    errors = [line for line in log.read_text(errors="replace").splitlines()
-              if line.startswith("JavaScript error: http://127.0.0.1")]
-    assert errors == [], errors
+    return page
+
+
+def test_firefox_talks_with_the_server(make_speech, tmp_path: Path) -> None:
+    """Speak a question in Firefox: the page connects over WebRTC, shows the transcript and
+    the agent's reply with the server's figures, and the reply's voice arrives on the inbound
+    audio track; the page logs no JavaScript error."""
+    reply = "The moon is about four hundred thousand kilometres away."
+    mic = mic_file(tmp_path, make_speech, ("How far away is the moon?", 1.5, 2.0))
+    page = converse(tmp_path, mic, [reply])
+    assert len(page["user"]) == 1 and "moon" in page["user"][0].lower(), page
+    assert page["agent"] == [reply], page
+    assert page["done"] == 1 and page["interrupted"] == 0, page
+    assert "STT" in page["figures"], page
+
+
+def test_firefox_barge_in_stops_the_agent(make_speech, tmp_path: Path) -> None:
+    """A second question while the agent speaks, in Firefox: the reply is cut (the server's
+    tts-cancelled marks it interrupted) and the second question is answered."""
+    long_reply = ("Paris is the capital of France. It sits on the river Seine and has been the "
+                  "country's capital for more than a thousand years. Its museums, cafes and "
+                  "bridges draw millions of visitors every single year from all over the world.")
+    mic = mic_file(tmp_path, make_speech, ("What is the capital of France?", 1.5, 4.5),
+                   ("And what about Germany?", 0.0, 2.5))
+    page = converse(tmp_path, mic, [long_reply, "Berlin is the capital of Germany."])
+    assert page["done"] == 2 and page["interrupted"] == 1, page
+    cut, answer = page["agent"]
+    assert cut and long_reply.startswith(cut[:20]), page
+    assert answer == "Berlin is the capital of Germany.", page
+    assert "germany" in page["user"][-1].lower(), page

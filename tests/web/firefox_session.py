@@ -111,9 +111,11 @@ def converse(url: str, mic: Path, log: Path, turns: int) -> dict[str, Any]:
         state = _until(client, STATE, lambda s: s["done"] >= turns and "STT" in s["figures"],
                        30 + 30 * turns)
         state["connected"] = connected
-        client.execute_script(INJECT, script_args=[INBOUND_AUDIO])
-        state["inbound"] = _until(client, "return window.wrappedJSObject.inboundAudio || null",
-                                  bool, 10)
+        state["inbound"] = None  # the WebSocket fallback's audio comes in its messages
+        if state["transport"] == "WebRTC":
+            client.execute_script(INJECT, script_args=[INBOUND_AUDIO])
+            state["inbound"] = _until(
+                client, "return window.wrappedJSObject.inboundAudio || null", bool, 10)
         return state
     finally:
         client.cleanup()
@@ -136,7 +138,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                                  llm_base_url=fake.base_url, llm_model="fake-model",
                                  ice_host_addresses=HOST, ice_candidate_allow=HOST)
         async with VoiceServer(settings) as server:
-            url = f"http://127.0.0.1:{server.port}/?echoCancellation=0"
+            url = f"http://127.0.0.1:{server.port}/?echoCancellation=0{args.query}"
             return await asyncio.to_thread(converse, url, Path(args.mic), Path(args.log),
                                            len(args.reply))
 
@@ -145,6 +147,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--mic", required=True, help="48 kHz mono WAV the microphone plays")
     parser.add_argument("--log", required=True, help="Firefox's log (the page's console too)")
+    parser.add_argument("--query", default="", help="more of the page's query, e.g. "
+                        "'&transport=ws' (app.js)")
     parser.add_argument("--reply", action="append", required=True,
                         help="the scripted LLM's answer to a turn (one per turn, in order)")
     print(json.dumps(asyncio.run(main(parser.parse_args()))), flush=True)

@@ -71,9 +71,11 @@ def pulseaudio(folder: Path) -> Iterator[str]:
         process.wait(10)
 
 
-def converse(tmp_path: Path, mic: Path, replies: list[str]) -> dict[str, Any]:
+def converse(tmp_path: Path, mic: Path, replies: list[str], *,
+             transport: str = "WebRTC") -> dict[str, Any]:
     """Run ``firefox_session`` in the test's namespace with a sound server; what the page
-    showed, after checking that Firefox logged no JavaScript error of the page's."""
+    showed, after checking that Firefox logged no JavaScript error of the page's and talked
+    over ``transport`` (WebRTC: the agent's voice arrived on the inbound track)."""
     log = tmp_path / "firefox.log"
     pulse_dir = tmp_path / "pulse"
     pulse_dir.mkdir()
@@ -81,7 +83,8 @@ def converse(tmp_path: Path, mic: Path, replies: list[str]) -> dict[str, Any]:
         run = subprocess.run(
             ["unshare", "-n", "sh", "-c", NAMESPACE, "sh", sys.executable, "-m",
              "tests.web.firefox_session", "--mic", str(mic), "--log", str(log),
-             *(arg for reply in replies for arg in ("--reply", reply))],
+             *(arg for reply in replies for arg in ("--reply", reply)),
+             *(["--query", "&transport=ws"] if transport == "WebSocket" else [])],
             cwd=ROOT, env={**os.environ, "PULSE_SERVER": pulse_server}, capture_output=True,
             text=True, timeout=scaled(240))
     assert run.returncode == 0, run.stderr[-3000:]
@@ -90,10 +93,11 @@ def converse(tmp_path: Path, mic: Path, replies: list[str]) -> dict[str, Any]:
     assert errors == [], errors
     page = json.loads(run.stdout.strip().splitlines()[-1])
     assert page["connected"] == "connected", page
-    assert page["transport"] == "WebRTC", page
+    assert page["transport"] == transport, page
     assert page["opened"] == 1, page
-    inbound = page["inbound"]
-    assert inbound and inbound["packets"] > 50 and inbound["energy"] > 0, page
+    if transport == "WebRTC":
+        inbound = page["inbound"]
+        assert inbound and inbound["packets"] > 50 and inbound["energy"] > 0, page
     return page
 
 
@@ -124,3 +128,12 @@ def test_firefox_barge_in_stops_the_agent(make_speech, tmp_path: Path) -> None:
     assert cut and long_reply.startswith(cut[:20]), page
     assert answer == "Berlin is the capital of Germany.", page
     assert "germany" in page["user"][-1].lower(), page
+
+
+def test_firefox_websocket_fallback_talks_with_the_server(make_speech, tmp_path: Path) -> None:
+    """The WebSocket fallback in Firefox (``?transport=ws``): its AudioWorklet recorder cuts
+    the question from the microphone, the server hears it and the reply comes back."""
+    mic = mic_file(tmp_path, make_speech, ("How far away is the moon?", 1.5, 2.0))
+    page = converse(tmp_path, mic, ["The moon is far."], transport="WebSocket")
+    assert len(page["user"]) == 1 and "moon" in page["user"][0].lower(), page
+    assert page["agent"] == ["The moon is far."], page

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.support.fake_openai import FakeOpenAI
+from tests.support.fake_openai import FakeOpenAI, Reply
 
 HOST = "10.99.0.1"  # the namespace's own address (test_firefox.py); Firefox offers no loopback
 
@@ -133,7 +133,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     from voice_server.server.app import VoiceServer
 
     async with FakeOpenAI() as fake:
-        fake.add(*args.reply)
+        # the answer to the n-th question whatever came before it: a pause inside a question
+        # may be answered speculatively, and such a request would take a scripted answer
+        def answer(body: dict[str, Any]) -> Reply:
+            asked = sum(1 for m in body.get("messages", []) if m.get("role") == "user")
+            return Reply(text=args.reply[min(max(asked, 1), len(args.reply)) - 1])
+
+        fake.reply_for = answer
         settings = load_settings(port=0, llm_provider="openai_compat",
                                  llm_base_url=fake.base_url, llm_model="fake-model",
                                  ice_host_addresses=HOST, ice_candidate_allow=HOST)

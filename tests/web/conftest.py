@@ -47,6 +47,25 @@ needs_chromium = pytest.mark.skipif(
     "Playwright's (.venv/bin/python -m playwright install --with-deps chromium)")
 
 
+# the page's peer's inbound audio so far: {packets, energy}, or null before there is one (an
+# async function for page.evaluate, or to call in the page)
+INBOUND_AUDIO = """async () => {
+  const pc = window.voiceApp.client && window.voiceApp.client.peerConnection;
+  if (!pc) return null;
+  for (const s of (await pc.getStats()).values()) {
+    if (s.type === "inbound-rtp" && s.kind === "audio") {
+      return {packets: s.packetsReceived, energy: s.totalAudioEnergy || 0};
+    }
+  }
+  return null;
+}"""
+
+# a reply long enough to be talking when the user speaks again
+LONG_REPLY = ("Paris is the capital of France. It sits on the river Seine and has been the "
+              "country's capital for more than a thousand years. Its museums, cafes and "
+              "bridges draw millions of visitors every single year from all over the world.")
+
+
 def static_routes() -> dict[str, str]:
     """URL path -> file in web_client/ of the page's scripts and styles and the client's
     modules, as voice_server serves them (``server/static.py``), for the tests' own servers."""

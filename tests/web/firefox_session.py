@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.fake_openai import FakeOpenAI, Reply
+from tests.web.conftest import INBOUND_AUDIO
 
 HOST = "10.99.0.1"  # the namespace's own address (test_firefox.py); Firefox offers no loopback
 
@@ -70,16 +71,7 @@ return {
 };"""
 
 # in the page's scope, like FAKE_MIC: the answer lands in window.inboundAudio
-INBOUND_AUDIO = """
-(async () => {
-  const pc = window.voiceApp.client.peerConnection;
-  for (const s of (await pc.getStats()).values()) {
-    if (s.type === "inbound-rtp" && s.kind === "audio") {
-      window.inboundAudio = {packets: s.packetsReceived, energy: s.totalAudioEnergy || 0};
-    }
-  }
-})();
-"""
+INBOUND_AUDIO_KEPT = f"({INBOUND_AUDIO})().then((stats) => {{ window.inboundAudio = stats; }});"
 INJECT = ("const s = document.createElement('script'); s.textContent = arguments[0]; "
           "document.head.appendChild(s);")
 
@@ -113,7 +105,7 @@ def converse(url: str, mic: Path, log: Path, turns: int) -> dict[str, Any]:
         state["connected"] = connected
         state["inbound"] = None  # the WebSocket fallback's audio comes in its messages
         if state["transport"] == "WebRTC":
-            client.execute_script(INJECT, script_args=[INBOUND_AUDIO])
+            client.execute_script(INJECT, script_args=[INBOUND_AUDIO_KEPT])
             state["inbound"] = _until(
                 client, "return window.wrappedJSObject.inboundAudio || null", bool, 10)
         return state

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import scaled
-from tests.web.conftest import ROOT, mic_file
+from tests.web.conftest import LONG_REPLY, ROOT, mic_file
 
 # Debian's: Ubuntu's `firefox` is a snap, whose confinement keeps it from a profile in /tmp
 FIREFOX = shutil.which("firefox-esr")
@@ -117,15 +117,12 @@ def test_firefox_talks_with_the_server(make_speech, tmp_path: Path) -> None:
 def test_firefox_barge_in_stops_the_agent(make_speech, tmp_path: Path) -> None:
     """A second question while the agent speaks, in Firefox: the reply is cut (the server's
     tts-cancelled marks it interrupted) and the second question is answered."""
-    long_reply = ("Paris is the capital of France. It sits on the river Seine and has been the "
-                  "country's capital for more than a thousand years. Its museums, cafes and "
-                  "bridges draw millions of visitors every single year from all over the world.")
     mic = mic_file(tmp_path, make_speech, ("What is the capital of France?", 1.5, 4.5),
                    ("And what about Germany?", 0.0, 2.5))
-    page = converse(tmp_path, mic, [long_reply, "Berlin is the capital of Germany."])
+    page = converse(tmp_path, mic, [LONG_REPLY, "Berlin is the capital of Germany."])
     assert page["done"] == 2 and page["interrupted"] == 1, page
     cut, answer = page["agent"]
-    assert cut and long_reply.startswith(cut[:20]), page
+    assert cut and LONG_REPLY.startswith(cut[:20]), page
     assert answer == "Berlin is the capital of Germany.", page
     assert "germany" in page["user"][-1].lower(), page
 

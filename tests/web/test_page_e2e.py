@@ -14,6 +14,8 @@ from playwright.async_api import async_playwright
 from tests.conftest import scaled
 from tests.support.fake_openai import Reply
 from tests.web.conftest import (
+    INBOUND_AUDIO,
+    LONG_REPLY,
     embed_example,
     launch_chromium,
     mic_file,
@@ -26,20 +28,6 @@ from voice_server.server.app import VoiceServer
 
 pytestmark = [needs_chromium, needs_netns, pytest.mark.slow]
 
-INBOUND_AUDIO = """async () => {
-  const pc = window.voiceApp.client && window.voiceApp.client.peerConnection;
-  if (!pc) return null;
-  for (const s of (await pc.getStats()).values()) {
-    if (s.type === "inbound-rtp" && s.kind === "audio") {
-      return {packets: s.packetsReceived, energy: s.totalAudioEnergy || 0};
-    }
-  }
-  return null;
-}"""
-
-LONG_REPLY = ("Paris is the capital of France. It sits on the river Seine and has been the "
-              "country's capital for more than a thousand years. Its museums, cafes and "
-              "bridges draw millions of visitors every single year from all over the world.")
 
 
 # Whisper tiny.en is fickle on some espeak phrases ("capital of Spain" -> "capital insane"):

@@ -32,6 +32,7 @@ from aiortc.mediastreams import MediaStreamTrack
 
 from tests.conftest import scaled
 from tests.web.conftest import (
+    INBOUND_AUDIO,
     ROOT,
     launch_chromium,
     needs_chromium,
@@ -231,18 +232,6 @@ async def page(tmp_path: Path) -> AsyncIterator:
         finally:
             await context.close()
             await browser.close()
-
-
-INBOUND_AUDIO = """async () => {
-  const pc = window.voiceApp.client.peerConnection;
-  if (!pc) return null;
-  for (const s of (await pc.getStats()).values()) {
-    if (s.type === "inbound-rtp" && s.kind === "audio") {
-      return {packets: s.packetsReceived, energy: s.totalAudioEnergy};
-    }
-  }
-  return null;
-}"""
 
 
 async def wait_js(page, expr: str) -> None:

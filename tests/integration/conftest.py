@@ -46,9 +46,7 @@ def _fresh_script(request: pytest.FixtureRequest) -> None:
     if "scripted_server" in request.fixturenames:
         request.getfixturevalue("_scripted_server_quiet")
     if "fake_llm" in request.fixturenames:
-        fake: FakeOpenAI = request.getfixturevalue("fake_llm")
-        fake.script.clear()
-        fake.reply_for = None
+        request.getfixturevalue("fake_llm").reset()
 
 
 @pytest_asyncio.fixture

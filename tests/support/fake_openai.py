@@ -1,8 +1,9 @@
 """A scripted OpenAI-compatible HTTP server for tests: the real chat-completions wire format.
 
 Tests that need deterministic LLM behaviour start it on 127.0.0.1 and point the real ``openai``
-client (through our ``llm/`` layer) at it. Each chat request pops the next scripted ``Reply``;
-with an empty script it answers ``default_text`` (or echoes the last user message).
+client (through our ``llm/`` layer) at it. Each chat request gets the reply scripted for a
+word of its question (``answer``), else pops the next scripted ``Reply`` (``add``); with an
+empty script it answers ``default_text`` (or echoes the last user message).
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ class FakeOpenAI:
         # the reply to a request, from the request itself (None: the script and defaults):
         # for turns whose number of requests is not known (speculative answers in pauses)
         self.reply_for: Callable[[dict[str, Any]], Reply | None] | None = None
+        # the reply to a question holding a word (see ``answer``), before the script
+        self.answers: dict[str, Reply] = {}
         self.embed_script: deque[Reply] = deque()  # failures for /v1/embeddings (status != 200)
         self.models_status = 200  # answer /v1/models with this status (an error body if not 200)
         self.models_delay_s = 0.0  # wait this long before answering /v1/models (a hung endpoint)
@@ -73,6 +76,20 @@ class FakeOpenAI:
         for reply in replies:
             self.script.append(Reply(text=reply) if isinstance(reply, str) else reply)
         return self
+
+    def answer(self, word: str, reply: Reply | str) -> FakeOpenAI:
+        """Answer ``reply`` whenever the last user message holds ``word`` (any case; of
+        several such words, the one said last), however many requests came before: a pause
+        inside a spoken question may be answered speculatively (server/listening.py), and
+        such a request would take a scripted reply meant for the real turn, or the next."""
+        self.answers[word.lower()] = Reply(text=reply) if isinstance(reply, str) else reply
+        return self
+
+    def reset(self) -> None:
+        """Forget every scripted reply (a test's leftovers would answer the next test)."""
+        self.script.clear()
+        self.answers.clear()
+        self.reply_for = None
 
     def add_embed(self, *replies: Reply) -> FakeOpenAI:
         """Script /v1/embeddings answers; a 200 reply means "compute the vectors as usual"."""
@@ -98,14 +115,18 @@ class FakeOpenAI:
     def _next(self, body: dict[str, Any]) -> Reply:
         if self.reply_for is not None and (reply := self.reply_for(body)) is not None:
             return reply
-        if self.script:
-            return self.script.popleft()
-        if self.default_text is not None:
-            return Reply(text=self.default_text, delay_s=self.default_delay_s)
         users = [m for m in body.get("messages", []) if m.get("role") == "user"]
         last = users[-1]["content"] if users else ""
         if isinstance(last, list):
             last = " ".join(p.get("text", "") for p in last if isinstance(p, dict))
+        # the word said last: two questions heard as one turn get the second one's answer
+        said = {str(last).lower().rfind(word): reply for word, reply in self.answers.items()}
+        if max(said, default=-1) >= 0:
+            return said[max(said)]
+        if self.script:
+            return self.script.popleft()
+        if self.default_text is not None:
+            return Reply(text=self.default_text, delay_s=self.default_delay_s)
         return Reply(text=f"You said: {last}")
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:

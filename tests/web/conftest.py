@@ -97,6 +97,13 @@ async def web_llm() -> AsyncIterator[Any]:
         yield fake
 
 
+@pytest.fixture(autouse=True)
+def _fresh_script(request: pytest.FixtureRequest) -> None:
+    """A test that uses the scripted LLM starts with none of an earlier test's replies."""
+    if "web_llm" in request.fixturenames:
+        request.getfixturevalue("web_llm").reset()
+
+
 @pytest_asyncio.fixture(scope="session")
 async def voice_server(web_llm: Any) -> AsyncIterator[Any]:
     """The real server (VAD, STT, TTS; scripted LLM), ICE on 127.0.0.1 only."""

@@ -49,7 +49,7 @@ async def open_page(pw, server: VoiceServer, mic: Path):
 async def test_page_talks_with_the_server(voice_server, web_llm, make_speech, tmp_path) -> None:
     """Speak a question: the transcript and the agent's reply appear in the page, and the
     agent's voice arrives on the WebRTC audio track (inbound-rtp packets with energy)."""
-    web_llm.add("The moon is about four hundred thousand kilometres away.")
+    web_llm.answer("moon", "The moon is about four hundred thousand kilometres away.")
     mic = mic_file(tmp_path, make_speech, ("How far away is the moon?", 1.5, 2.0))
     async with async_playwright() as pw:
         browser, page = await open_page(pw, voice_server, mic)
@@ -78,7 +78,7 @@ async def test_barge_in_marks_the_reply_interrupted(voice_server, web_llm, make_
                                                     tmp_path) -> None:
     """A second question while the agent speaks cuts it: `tts-cancelled` arrives and the reply
     bubble carries the "interrupted" mark, then the second question is answered."""
-    web_llm.add(LONG_REPLY, "Berlin is the capital of Germany.")
+    web_llm.answer("france", LONG_REPLY).answer("germany", "Berlin is the capital of Germany.")
     mic = mic_file(tmp_path, make_speech, ("What is the capital of France?", 1.5, 4.5),
                    ("And what about Germany?", 0.0, 2.5))
     async with async_playwright() as pw:
@@ -128,13 +128,7 @@ async def test_interrupting_before_the_first_audio_closes_the_turn(voice_server,
     # AMD EPYC with AVX-512 (2026-12-02).
     slow = Reply(text="Let me think about that question for a little while longer now.",
                  stall_after_words=2, stall_s=6.0)
-    # each answer chosen by the question, not by the order of requests: a pause inside the
-    # first ("a story, | please?") may be answered speculatively, a request that took the slow
-    # answer from a script, so the real turn got Berlin's (a CI on 2026-12-02)
-    def answer(body: dict) -> Reply:
-        asked = str([m for m in body["messages"] if m["role"] == "user"][-1]["content"]).lower()
-        return Reply(text="Berlin is the capital of Germany.") if "germany" in asked else \
-            Reply(text=slow.text, stall_after_words=2, stall_s=6.0)
+    web_llm.answer("story", slow).answer("germany", "Berlin is the capital of Germany.")
 
     # a question that ends on a likely last word: "capital city of France" in espeak-ng was
     # heard "capital and friends?" and "capital city on France?" on some CPUs, and such an
@@ -145,7 +139,6 @@ async def test_interrupting_before_the_first_audio_closes_the_turn(voice_server,
     async with async_playwright() as pw:
         browser, page = await open_page(pw, voice_server, mic)
         try:
-            web_llm.reply_for = answer
             await page.evaluate("""() => {
               window.voiceLog = [];
               window.voiceApp.client.addEventListener("message", (e) =>
@@ -175,14 +168,13 @@ async def test_interrupting_before_the_first_audio_closes_the_turn(voice_server,
             await page.screenshot(path=screenshot_path("page-interrupt-before-audio.png"))
             assert page.errors == []
         finally:
-            web_llm.reply_for = None
             await browser.close()
 
 
 async def test_embed_example_talks_with_the_server(voice_server, web_llm, make_speech,
                                                    tmp_path) -> None:
     """The docs' embedding example, served from another origin, talks to the real server."""
-    web_llm.add("Berlin is the capital of Germany.")
+    web_llm.answer("germany", "Berlin is the capital of Germany.")
     mic = mic_file(tmp_path, make_speech, ("What is the capital of Germany?", 1.5, 2.0))
     async with serve_html(embed_example(voice_server.port)) as page_url:
         async with async_playwright() as pw:
@@ -207,7 +199,7 @@ async def test_websocket_fallback_talks_with_the_server(voice_server, web_llm, m
                                                         tmp_path) -> None:
     """Without WebRTC (?transport=ws) the page sends the utterance as `audio` (WAV) and plays
     the reply's `tts-chunk` PCM through Web Audio."""
-    web_llm.add("It is sunny and warm today.")
+    web_llm.answer("weather", "It is sunny and warm today.")
     mic = mic_file(tmp_path, make_speech, ("Tell me about the weather today.", 1.5, 2.0))
     async with async_playwright() as pw:
         browser = await launch_chromium(pw, mic, loop=False)
@@ -244,7 +236,7 @@ async def test_a_typed_message_gets_a_spoken_answer(voice_server, web_llm, make_
     """Typed input (issue 22, item 3): no microphone is switched on; the typed question shows
     as the user's bubble, the answer as the agent's, and it is spoken (on the WebRTC track or,
     without one, as `tts-chunk` audio the page plays)."""
-    web_llm.add("Light from the sun is scattered by the air, and blue scatters most.")
+    web_llm.answer("sky", "Light from the sun is scattered by the air, and blue scatters most.")
     mic = mic_file(tmp_path, make_speech, ("Nothing to hear here.", 0.5, 0.5))
     async with async_playwright() as pw:
         browser, page = await open_page(pw, voice_server, mic)

@@ -54,7 +54,7 @@ async def test_reference_client_converses(voice_server, web_llm, make_speech, bu
                                           tmp_path: Path) -> None:
     """start() + shareAudio(): transcript, llm and tts events arrive once each, and the
     agent's voice plays from the audio track (inbound-rtp packets with energy)."""
-    web_llm.add(MOON)
+    web_llm.answer("moon", MOON)
     mic = mic_file(tmp_path, make_speech, ("How far away is the moon?", 1.5, 2.0))
 
     async def page_handler(request: web.Request) -> web.Response:

@@ -72,8 +72,10 @@ fi
 SDIST="$CACHE/src/llama_cpp_python-$VERSION.tar.gz"
 fetch_source() {  # the source archive, once: the wheel and every variant build from it
   [ -f "$SDIST" ] && return 0
+  # source for llama-cpp-python alone: pip reads its metadata in a build environment, and
+  # --no-binary :all: there compiled ninja (and cmake, where the system has none) from source
   mkdir -p "$CACHE/src"
-  "$PY" -m pip download --quiet --no-deps --no-binary :all: -d "$CACHE/src" \
+  "$PY" -m pip download --quiet --no-deps --no-binary llama-cpp-python -d "$CACHE/src" \
     "llama-cpp-python==$VERSION"
 }
 

@@ -13,12 +13,16 @@
 # GGML_CPU_ALL_VARIANTS) would be better, but llama-cpp-python 0.3 never loads those backends
 # (it binds no ggml_backend_load_all), so a model then fails to load.
 #
-# CPU variants, beside the x86-64-v3 baseline: llama.cpp's CPU kernels alone (libggml-cpu,
-# ~30 s to build each) compiled again, from the same source, for two AVX-512 levels of ggml's
-# own variant list: skylakex (AVX-512 F/CD/VL/DQ/BW: Skylake-SP, Cascade Lake) and icelake
-# (+ VBMI, VNNI: Ice Lake, Sapphire Rapids, Zen 4 and 5); nothing from AVX512-BF16/FP16 or AMX
-# (ggml's sapphirerapids level died of SIGILL on a Xeon whose /proc/cpuinfo lists amx_tile and
-# amx_int8, and its BF16 kernels alone were no faster: docs/performance.md).
+# CPU variants, beside the baseline: llama.cpp's CPU kernels alone (libggml-cpu, ~30 s to
+# build each) compiled again, from the same source, for two levels of ggml's own variant list.
+# On x86-64: skylakex (AVX-512 F/CD/VL/DQ/BW: Skylake-SP, Cascade Lake) and icelake (+ VBMI,
+# VNNI: Ice Lake, Sapphire Rapids, Zen 4 and 5); nothing from AVX512-BF16/FP16 or AMX (ggml's
+# sapphirerapids level died of SIGILL on a Xeon whose /proc/cpuinfo lists amx_tile and
+# amx_int8, and its BF16 kernels alone were no faster: docs/performance.md). On arm64:
+# armv8.2_2 (dot product and half-precision arithmetic: Cortex-A76 as in the Raspberry Pi 5,
+# Neoverse N1 as in Graviton 2 and Ampere Altra, Apple M) and armv8.6_1 (+ SVE and int8 matrix
+# multiply: Neoverse V1 and V2 as in Graviton 3 and 4, Grace, Axion), with the instructions of
+# those levels that the quantised kernels use (sdot, smmla) and a plain armv8-a baseline lacks.
 # Each goes to VENV/share/voice_server/llama-cpu/NAME beside copies of the baseline's other
 # libraries. The server loads the best one whose instructions /proc/cpuinfo lists in the model's
 # worker, and the baseline if that worker fails (voice_server/llm/llama_cpu.py). A variant that
@@ -63,7 +67,15 @@ else
         FLAGS="$FLAGS -DGGML_BMI2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF $NO_AVX512"
         KIND=portable-x86-64
       fi ;;
-    *)  # arm64 and others: the compiler's baseline for the architecture (NEON on arm64)
+    aarch64|arm64)  # the compiler's baseline, armv8-a with NEON, and two of ggml's levels
+      FLAGS="$COMMON -DGGML_NATIVE=OFF"
+      KIND=portable
+      ARM="$FLAGS -DGGML_CPU_ARM_ARCH"
+      VARIANTS=(
+        "armv8.2_2|$ARM=armv8.2-a+dotprod+fp16|asimd asimddp asimdhp"
+        "armv8.6_1|$ARM=armv8.6-a+dotprod+fp16+sve+i8mm|asimd asimddp asimdhp sve i8mm"
+      ) ;;
+    *)  # anything else: the compiler's baseline for the architecture
       FLAGS="$COMMON -DGGML_NATIVE=OFF"
       KIND=portable ;;
   esac

@@ -300,10 +300,11 @@ class ModelSettings(BaseModel):
                                    "the likeliest word each time, the most accurate answers "
                                    "of the bundled models in bench/quality.py)")
     llm_cpu_kernels: str = Field("auto", min_length=1, description="llama.cpp CPU kernels of "
-                                 "the local model: 'auto' (the fastest build this CPU runs, "
-                                 "AVX-512 where it has it), 'portable' (the x86-64-v3/armv8 "
-                                 "baseline; also to use your own LLAMA_CPP_LIB_PATH) or an "
-                                 "installed build's name ('skylakex', 'icelake')")
+                                 "the local model: 'auto' (the fastest build this CPU runs: "
+                                 "AVX-512, or arm64's dot product, where it has it), "
+                                 "'portable' (the x86-64-v3/armv8 baseline; also to use your "
+                                 "own LLAMA_CPP_LIB_PATH) or an installed build's name "
+                                 "('skylakex', 'icelake'; 'armv8.2_2', 'armv8.6_1')")
     llm_threads: int = Field(0, ge=0, description="CPU threads of the local model while no "
                              "STT/TTS runs (one while they do; 0: 2, or the CPUs this "
                              "process may use when fewer)")

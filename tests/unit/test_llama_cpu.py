@@ -3,6 +3,7 @@ best installed variant whose instructions the CPU has, never one it lacks."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,33 @@ def test_a_named_build_must_be_installed_and_fit_the_cpu() -> None:
     with pytest.raises(ValueError, match="cannot run llama.cpp's icelake build "
                                          r"\(it lacks avx512_vnni avx512vbmi\)"):
         choose_build("icelake", RECORD, set(SKYLAKEX))
+
+
+def _arm64_record() -> dict:
+    """The arm64 variants as scripts/install-llama-cpp.sh builds them: name, flags needed."""
+    script = (Path(__file__).parents[2] / "scripts" / "install-llama-cpp.sh").read_text()
+    block = script[script.index("aarch64|arm64)"):]
+    block = block[:block.index(";;")]
+    return {"kind": "portable", "variants": [
+        {"name": name, "requires": needs.split(), "path": f"share/voice_server/llama-cpu/{name}"}
+        for name, needs in re.findall(r'"([\w.]+)\|[^|"]*\|([^"]*)"', block)]}
+
+
+# the Features line of /proc/cpuinfo on arm64 machines people run servers and demos on
+V8_2 = "fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc " \
+       "dcpop asimddp"
+
+
+@pytest.mark.parametrize(("features", "expected"), [
+    ("fp asimd evtstrm crc32 cpuid", "portable"),                   # Raspberry Pi 4 (A72)
+    (V8_2, "armv8.2_2"),                                            # Raspberry Pi 5 (A76)
+    (f"{V8_2} ssbs", "armv8.2_2"),                                  # Graviton 2 (N1)
+    (f"{V8_2} jscvt fcma sha3 sha512 asimdfhm dit uscat ilrcpc flagm ssbs sb paca pacg "
+     "dcpodp flagm2 frint i8mm bf16 bti ecv", "armv8.2_2"),          # Apple M2: no SVE
+    (f"{V8_2} jscvt fcma sha3 sm3 sm4 sha512 sve asimdfhm dit uscat ilrcpc flagm ssbs paca "
+     "pacg dcpodp svei8mm svebf16 i8mm bf16 dgh rng", "armv8.6_1"),  # Graviton 3 (V1)
+])
+def test_auto_picks_the_arm64_build_of_the_install_script(features: str, expected: str) -> None:
+    record = _arm64_record()
+    assert [v["name"] for v in record["variants"]] == ["armv8.2_2", "armv8.6_1"]
+    assert choose_build("auto", record, set(features.split())).name == expected

@@ -60,16 +60,25 @@ def _disassembly(lib: Path) -> str:
                           text=True, check=True, timeout=120).stdout
 
 
-OBJDUMP = pytest.mark.skipif(platform.machine() != "x86_64" or shutil.which("objdump") is None,
-                             reason="x86-64 instructions, read with binutils' objdump")
+def _objdump_on(machine: str) -> pytest.MarkDecorator:
+    return pytest.mark.skipif(platform.machine() != machine or shutil.which("objdump") is None,
+                              reason=f"{machine} instructions, read with binutils' objdump")
+
+
 AMX = r"\t(tdp\w+|tileload\w*|tilestore\w*|ldtilecfg)\s|%tmm"
 # AVX512-BF16 and AVX512-FP16 (half-precision arithmetic; F16C's vcvtps2ph is allowed)
 BF16_FP16 = r"\t(vdpbf16ps|vcvtne2?ps2bf16|v(?!cvtps2ph)\w+(?:ph|sh))\s"
+# arm64: the dot product, the int8 matrix multiply and SVE (its z and p registers)
+SDOT, SMMLA, SVE = r"\tsdot\s", r"\t[su]mmla\s", r"\t\w+\s+z\d+\.[bhsd]"
 # the variants' ggml feature names (llama_print_system_info) beyond the baseline
-VARIANT_ISA = {"skylakex": {"AVX512"}, "icelake": {"AVX512", "AVX512_VBMI", "AVX512_VNNI"}}
+VARIANT_ISA = {"skylakex": {"AVX512"}, "icelake": {"AVX512", "AVX512_VBMI", "AVX512_VNNI"},
+               "armv8.2_2": {"DOTPROD", "FP16_VA"},
+               "armv8.6_1": {"DOTPROD", "FP16_VA", "SVE", "MATMUL_INT8"}}
+VARIANT_NAMES = {("x86_64", "portable-avx2"): ["skylakex", "icelake"],
+                 ("aarch64", "portable"): ["armv8.2_2", "armv8.6_1"]}
 
 
-@OBJDUMP
+@_objdump_on("x86_64")
 def test_the_cpu_kernels_hold_no_avx512_or_amx_instruction() -> None:
     """The machine code itself: no AVX-512 (zmm registers) and no AMX (tile) instruction in
     llama.cpp's CPU kernels, whatever CPU built them; AVX2 (ymm) is there."""
@@ -79,30 +88,60 @@ def test_the_cpu_kernels_hold_no_avx512_or_amx_instruction() -> None:
     assert found == [], found[:5]
 
 
+@_objdump_on("aarch64")
+def test_the_arm64_kernels_hold_no_instruction_beyond_armv8() -> None:
+    """On arm64 the baseline's kernels are plain armv8-a NEON: no dot product, int8 matrix
+    multiply or SVE instruction (a Raspberry Pi 4's Cortex-A72 has none of them)."""
+    code = _disassembly(Path(llama_cpp.__file__).parent / "lib" / "libggml-cpu.so")
+    assert re.search(r"\tfmla\s+v\d+\.4s", code)
+    for name, pattern in (("sdot", SDOT), ("smmla", SMMLA), ("SVE", SVE)):
+        assert re.findall(pattern, code) == [], name
+
+
 def _record_variants() -> list[LlamaCpuBuild]:
     record = build_record()
-    if platform.machine() == "x86_64" and record and record["kind"] == "portable-avx2":
-        assert [v.name for v in variants(record)] == ["skylakex", "icelake"]
+    if record and (platform.machine(), record["kind"]) in VARIANT_NAMES:
+        assert [v.name for v in variants(record)] == VARIANT_NAMES[
+            platform.machine(), record["kind"]]
     return variants(record)
 
 
-@OBJDUMP
+def _assert_runs_with_its_features(build: LlamaCpuBuild) -> None:
+    """On a CPU that runs the variant, llama.cpp names exactly the variant's features."""
+    if set(build.requires) <= cpu_flags():
+        info = subprocess.run(
+            [sys.executable, "-c", "import llama_cpp; print(llama_cpp."
+             "llama_print_system_info().decode())"], env={**os.environ, **build.env},
+            capture_output=True, text=True, check=True, timeout=120).stdout
+        assert compiled_features(info) & ISA == \
+            BASELINE[platform.machine()] | VARIANT_ISA[build.name], info
+
+
+@_objdump_on("x86_64")
 def test_each_avx512_variant_holds_avx512_and_nothing_beyond_its_level() -> None:
     """The AVX-512 kernels use zmm registers (else they are pointless) and no AMX, BF16 or
-    FP16 instruction (what crashed in the native build); on a CPU that runs them, llama.cpp
-    names exactly the variant's features."""
+    FP16 instruction (what crashed in the native build)."""
     for build in _record_variants():
         assert build.path is not None
         code = _disassembly(build.path / "libggml-cpu.so.0")
         assert "%zmm" in code, build.name
         assert re.findall(AMX, code) == [], build.name
         assert re.findall(BF16_FP16, code) == [], (build.name, re.findall(BF16_FP16, code)[:5])
-        if set(build.requires) <= cpu_flags():
-            info = subprocess.run(
-                [sys.executable, "-c", "import llama_cpp; print(llama_cpp."
-                 "llama_print_system_info().decode())"], env={**os.environ, **build.env},
-                capture_output=True, text=True, check=True, timeout=120).stdout
-            assert compiled_features(info) & ISA == BASELINE["x86_64"] | VARIANT_ISA[build.name]
+        _assert_runs_with_its_features(build)
+
+
+@_objdump_on("aarch64")
+def test_each_arm64_variant_holds_the_instructions_of_its_level_alone() -> None:
+    """armv8.2_2 uses the dot product and neither SVE nor the int8 matrix multiply (Neoverse
+    N1 and Cortex-A76 have neither); armv8.6_1 uses all three."""
+    for build in _record_variants():
+        assert build.path is not None
+        code = _disassembly(build.path / "libggml-cpu.so.0")
+        assert re.search(SDOT, code), build.name
+        later = build.name == "armv8.6_1"
+        assert bool(re.search(SMMLA, code)) is later, build.name
+        assert bool(re.search(SVE, code)) is later, build.name
+        _assert_runs_with_its_features(build)
 
 
 def test_a_build_this_cpu_cannot_run_is_named() -> None:
@@ -151,8 +190,8 @@ def test_doctor_names_a_broken_model_and_the_fix(tmp_path: Path) -> None:
 @pytest.mark.slow
 async def test_the_model_worker_loads_the_best_kernels_this_cpu_runs() -> None:
     """The embedded model's worker runs the build ``auto`` chooses here (AVX-512 kernels on a
-    CPU with AVX-512, the baseline elsewhere), and llama.cpp in it names no instruction set
-    this CPU lacks."""
+    CPU with AVX-512, the dot product on an arm64 CPU with it, the baseline elsewhere), and
+    llama.cpp in it names its level's instruction sets and none this CPU lacks."""
     from voice_server.llm.local import LocalLlamaProvider
 
     build = choose_build("auto", build_record(), cpu_flags())
@@ -162,7 +201,8 @@ async def test_the_model_worker_loads_the_best_kernels_this_cpu_runs() -> None:
         assert (await provider.health())["cpu_kernels"] == build.name
         info = provider.worker.info["system_info"]
         assert llama_build_problems(info, cpu_flags(), platform.machine()) == []
-        assert ("AVX512 = 1" in info) == (build.name in VARIANT_ISA)
+        assert compiled_features(info) & ISA == \
+            BASELINE[platform.machine()] | VARIANT_ISA.get(build.name, set()), info
     finally:
         await provider.aclose()
 

@@ -1,8 +1,9 @@
 """Which build of llama.cpp's CPU kernels the embedded model's worker loads.
 
-scripts/install-llama-cpp.sh installs a portable baseline (x86-64-v3 or armv8) and, on x86-64,
-the CPU kernels again for AVX-512 levels of ggml's own variant list (``skylakex``,
-``icelake``), each in a folder of its own with copies of the baseline's other libraries. On a
+scripts/install-llama-cpp.sh installs a portable baseline (x86-64-v3 or armv8) and the CPU
+kernels again for two levels of ggml's own variant list (x86-64: AVX-512 ``skylakex`` and
+``icelake``; arm64: ``armv8.2_2`` with the dot product, ``armv8.6_1`` with SVE and int8 matrix
+multiply), each in a folder of its own with copies of the baseline's other libraries. On a
 CPU with AVX-512 the ``icelake`` kernels read a prompt ~1.9x and generate ~1.2x as fast as the
 baseline (docs/performance.md). Each variant's record names the ``/proc/cpuinfo`` flags it
 needs; the best one this CPU has is loaded by pointing ``LLAMA_CPP_LIB_PATH`` (read by

@@ -13,6 +13,9 @@ set -eu
 
 PY=${1:?usage: $0 VENV_PYTHON}
 PACKAGES="espeak-ng sox libsox-fmt-all iproute2 util-linux postgresql chromium nodejs redis-server strace"
+# the page in WebKit (tests/web/test_webkit.py): WebKitGTK's WebDriver (it brings WebKitGTK and
+# its MiniBrowser) and an X server without a screen, as WebKitGTK has no headless mode
+PACKAGES="$PACKAGES webkit2gtk-driver xvfb"
 # the programs behind them, for systems without apt (chromium and node are optional there)
 COMMANDS="espeak-ng sox ip unshare redis-server strace"
 

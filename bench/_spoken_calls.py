@@ -35,6 +35,7 @@ async def ask(ws: Any, wav: bytes, seen: list[dict[str, Any]] | None = None) -> 
     started = time.monotonic()
     await ws.send(json.dumps({"type": "audio", "data": base64.b64encode(wav).decode()}))
     turn: dict[str, Any] = {"transcript": "", "answer": "", "error": None}
+    last_audio: float | None = None
     async with asyncio.timeout(120):
         while True:
             msg = json.loads(await ws.recv())
@@ -50,11 +51,14 @@ async def ask(ws: Any, wav: bytes, seen: list[dict[str, Any]] | None = None) -> 
             elif kind == "error":
                 turn["error"] = msg["code"]
                 break
-            elif kind == "tts-chunk" and "first_audio_s" not in turn:
-                turn["first_audio_s"] = round(time.monotonic() - started, 2)
+            elif kind == "tts-chunk":
+                turn.setdefault("first_audio_s", round(time.monotonic() - started, 2))
+                last_audio = time.monotonic()
             elif kind == "tts-complete":
                 break
-    turn["seconds"] = round(time.monotonic() - started, 2)
+    # to the answer's last audio (its whole answer synthesized): `tts-complete` comes once the
+    # client has played it, seconds later
+    turn["seconds"] = round((last_audio or time.monotonic()) - started, 2)
     return turn
 
 

@@ -6,7 +6,7 @@ our Piper voice (natural) and/or espeak-ng (robotic). A turn is judged:
 - heard: the transcript holds the question's key words;
 - answered: the answer holds an accepted answer (whole words), and is not empty, is English
   and does not loop;
-and timed from the audio sent to `tts-complete` (the whole turn, the answer spoken).
+and timed from the audio sent to its answer's last `tts-chunk` (the answer synthesized).
 
 Booking runs: a caller books a table with the bundled `restaurant` playbook in spoken turns
 (ten callers: other names, times and party sizes). The first turn asks for a table without

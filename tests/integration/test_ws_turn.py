@@ -3,6 +3,7 @@ all computed on this machine (issue 2)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 
@@ -107,6 +108,33 @@ async def test_reconnect_keeps_the_conversation(scripted_server, fake_llm, conne
     assert sent[2]["content"] == "Paris is the capital of France."
     session = await scripted_server.sessions.get(session_id)
     assert len(session.history) == 4
+
+
+async def test_a_question_cuts_the_reply_the_client_still_plays(scripted_server, fake_llm,
+                                                               connect, make_speech):
+    """Without WebRTC the reply's chunks all arrive within a moment and the client plays them
+    for many seconds. A question asked meanwhile cuts it (spec "Barge-in": `tts-cancelled`,
+    and no `tts-complete`, which means playback finished), and the history keeps what had been
+    played by then. It used to end at the last chunk: no cut, the whole reply in the history,
+    and the next answer queued behind it in the client."""
+    story = ("Once upon a time a small fox lived at the edge of a quiet forest. Every morning "
+             "she walked to the river to watch the fish jump. One day she met an old heron "
+             "who told her about the sea far away, and she decided to go and see it.")
+    fake_llm.answer("story", story).answer("germany", "Berlin is the capital of Germany.")
+    async with connect(scripted_server) as client:
+        await client.send(audio_message(make_speech("Tell me a story.")))
+        first = await client.until("tts-chunk", timeout=60)
+        await asyncio.sleep(3.0)  # the client plays the story's first seconds
+        await client.send(audio_message(make_speech("What is the capital of Germany?")))
+        rest = await client.until("transcript", timeout=60)
+        second = check_turn([rest[-1], *await client.until("tts-complete", timeout=60)])
+    types = [m["type"] for m in first + rest]
+    assert "tts-cancelled" in types and "tts-complete" not in types, types
+    assert second["text"] == "Berlin is the capital of Germany."
+    sent = fake_llm.requests[-1]["messages"]
+    heard = sent[-2]
+    assert heard["role"] == "assistant" and heard["content"], sent
+    assert story.startswith(heard["content"]) and len(heard["content"]) < len(story) / 2, heard
 
 
 async def test_reconnect_unknown_id_is_refused(scripted_server, connect):

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.web.conftest import mic_file
+from tests.web.conftest import LONG_REPLY, mic_file
 from tests.web.webkit_session import DRIVER, MINIBROWSER, XVFB, converse
 
 pytestmark = [
@@ -68,3 +68,21 @@ async def test_webkit_talks_with_the_server(voice_server, web_llm, make_speech,
     assert played["chunks"] >= 1 and played["ended"] == played["chunks"], page
     assert played["seconds"] > 1.5 and played["energy"] > 1.0, page
 
+
+
+async def test_webkit_barge_in_stops_the_agent(voice_server, web_llm, make_speech,
+                                               tmp_path: Path) -> None:
+    """A second question while the long reply still plays. Over the WebSocket fallback all of
+    its audio arrives within a moment and plays for many seconds after; the server keeps the
+    turn open until the page has played it (tts-complete means playback finished), so the
+    question cuts it: tts-cancelled stops the page's player and marks the reply interrupted,
+    and the second question is answered, not queued behind the rest of the first."""
+    web_llm.answer("france", LONG_REPLY).answer("germany", "Berlin is the capital of Germany.")
+    mic = mic_file(tmp_path, make_speech, ("What is the capital of France?", 1.5, 4.5),
+                   ("And what about Germany?", 0.0, 2.5))
+    page = await talk(voice_server, tmp_path, mic, turns=2)
+    assert page["done"] == 2 and page["interrupted"] == 1, page
+    cut, answer = page["agent"]
+    assert cut and LONG_REPLY.startswith(cut[:20]), page
+    assert answer == "Berlin is the capital of Germany.", page
+    assert "germany" in page["user"][-1].lower(), page

@@ -66,7 +66,15 @@ class SpeechOutput(Protocol):
 
 
 class ChunkMessageOutput:
-    """Fallback output: each sentence becomes one ``tts-chunk`` (base64 PCM16 at Piper's rate)."""
+    """Fallback output: each sentence becomes one ``tts-chunk`` (base64 PCM16 at Piper's rate).
+
+    The client plays each chunk on arrival or after the one before (the reference client and
+    our page do), so the turn keeps that clock: it ends, with ``tts-complete`` ("TTS audio
+    playback finished", spec), once the client has played what it was sent, and until then the
+    user's next utterance cuts it (``tts-cancelled``, spec "Barge-in"; the client stops its
+    player) and the history keeps what had been played by then. Ending at the last chunk
+    left the reply playing for seconds after the user spoke again, and the next answer queued
+    behind it."""
 
     discarded = False
 
@@ -75,8 +83,8 @@ class ChunkMessageOutput:
         self._started = False
         self.heard = HeardText()
         self.gaps_ms: list[float] = []  # the client paces playback: gaps are its to see
-        self._ends_at = 0.0  # when the client will have played what it was sent, if it plays
-        # each chunk on arrival or after the one before (the reference client does)
+        self._ends_at = 0.0  # when the client will have played what it was sent
+        self._spans: list[tuple[float, float]] = []  # each sentence's start and end there
 
     async def play(self, text: str, pcm: np.ndarray, sample_rate: int) -> None:
         if not self._started:
@@ -85,17 +93,28 @@ class ChunkMessageOutput:
         self.heard.sentences.append(text)
         await self._emit(TTSChunk(format="pcm", sample_rate=sample_rate,
                                   data=pcm_to_base64(pcm)))
-        self.heard.played += 1
-        self._ends_at = max(self._ends_at, time.monotonic()) + len(pcm) / sample_rate
+        start = max(self._ends_at, time.monotonic())
+        self._ends_at = start + len(pcm) / sample_rate
+        self._spans.append((start, self._ends_at))
 
     async def drain(self) -> None:
-        return None
+        await asyncio.sleep(self.ahead_s())
+        self._heard_by(time.monotonic())
 
     def ahead_s(self) -> float:
         return max(0.0, self._ends_at - time.monotonic())
 
     def cancel(self) -> bool:
+        self._heard_by(time.monotonic())
         return self._started
+
+    def _heard_by(self, now: float) -> None:
+        """What the client has played by ``now``: whole sentences, then part of one."""
+        played = sum(1 for _, end in self._spans if end <= now)
+        self.heard.played = played
+        if played < len(self._spans):
+            start, end = self._spans[played]
+            self.heard.fraction = max(0.0, min(1.0, (now - start) / max(end - start, 1e-3)))
 
 
 class HeldOutput:

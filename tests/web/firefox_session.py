@@ -76,7 +76,9 @@ INJECT = ("const s = document.createElement('script'); s.textContent = arguments
           "document.head.appendChild(s);")
 
 
-def _until(client: Any, script: str, test: Any, timeout_s: float) -> dict[str, Any]:
+def until(client: Any, script: str, test: Any, timeout_s: float) -> Any:
+    """Run ``script`` in the page (a Marionette or Selenium client) every 0.25 s until
+    ``test`` holds for its value or ``timeout_s`` passes; the last value."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = client.execute_script(script)
@@ -95,18 +97,18 @@ def converse(url: str, mic: Path, log: Path, turns: int) -> dict[str, Any]:
     try:
         client.start_session()
         client.navigate(url)
-        connected = _until(client, "return document.querySelector('#conn').dataset.state",
+        connected = until(client, "return document.querySelector('#conn').dataset.state",
                            lambda state: state == "connected", 30)
         audio = base64.b64encode(mic.read_bytes()).decode()
         client.execute_script(INJECT, script_args=[FAKE_MIC % f'"{audio}"'])
         client.find_element(By.ID, "talk").click()
-        state = _until(client, STATE, lambda s: s["done"] >= turns and "STT" in s["figures"],
+        state = until(client, STATE, lambda s: s["done"] >= turns and "STT" in s["figures"],
                        30 + 30 * turns)
         state["connected"] = connected
         state["inbound"] = None  # the WebSocket fallback's audio comes in its messages
         if state["transport"] == "WebRTC":
             client.execute_script(INJECT, script_args=[INBOUND_AUDIO_KEPT])
-            state["inbound"] = _until(
+            state["inbound"] = until(
                 client, "return window.wrappedJSObject.inboundAudio || null", bool, 10)
         return state
     finally:

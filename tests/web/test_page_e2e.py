@@ -133,8 +133,10 @@ async def test_interrupting_before_the_first_audio_closes_the_turn(voice_server,
     # a question that ends on a likely last word: "capital city of France" in espeak-ng was
     # heard "capital and friends?" and "capital city on France?" on some CPUs, and such an
     # unlikely last word waits 1.6 s (end_of_turn.py), longer than this user's 1.2 s pause:
-    # the two questions were then one turn (a 2.45 GHz AMD EPYC, 2026-12-01)
-    mic = mic_file(tmp_path, make_speech, ("Can you tell me a story, please?", 1.5, 1.2),
+    # the two questions were then one turn (a 2.45 GHz AMD EPYC, 2026-12-01). And no comma:
+    # espeak-ng pauses at one, and "a story, | please?" was two turns, each cut, in 3 of 5
+    # runs (AVX-512 EPYC, 2026-12-02), so the two closed bubbles were both the slow answer's
+    mic = mic_file(tmp_path, make_speech, ("Can you tell me a story please?", 1.5, 1.2),
                    ("And what about Germany?", 0.0, 3.0))
     async with async_playwright() as pw:
         browser, page = await open_page(pw, voice_server, mic)

@@ -21,13 +21,12 @@ import glob
 import os
 import shutil
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from tests.conftest import scaled
-from tests.web.firefox_session import FAKE_MIC, INJECT
+from tests.web.firefox_session import FAKE_MIC, INJECT, until
 
 DRIVER = shutil.which("WebKitWebDriver")  # Debian's webkit2gtk-driver
 XVFB = shutil.which("Xvfb")  # Debian's xvfb
@@ -110,16 +109,6 @@ def xvfb() -> Iterator[str]:
         process.wait(10)
 
 
-def _until(driver: Any, test: Callable[[dict[str, Any]], bool], timeout_s: float
-           ) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        state = driver.execute_script(STATE)
-        if test(state) or time.monotonic() > deadline:
-            return state
-        time.sleep(0.25)
-
-
 def converse(url: str, mic: Path, log: Path, turns: int) -> dict[str, Any]:
     """Open the page in MiniBrowser, press Talk with the fake mic playing ``mic``, and say what
     the page showed once ``turns`` answers are done and their audio has played to the end.
@@ -140,16 +129,16 @@ def converse(url: str, mic: Path, log: Path, turns: int) -> dict[str, Any]:
         try:
             driver.set_script_timeout(scaled(30))
             driver.get(url)
-            state = _until(driver, lambda s: s["ready"] and s["connected"] == "connected",
-                           scaled(30))
+            state = until(driver, STATE, lambda s: s["ready"] and s["connected"] == "connected",
+                          scaled(30))
             connected = state["connected"]
             audio = base64.b64encode(mic.read_bytes()).decode()
             driver.execute_script(INJECT, FAKE_MIC % f'"{audio}"')
             driver.execute_script(INJECT, WATCH)
             driver.find_element(By.ID, "talk").click()
-            state = _until(driver, lambda s: s["done"] >= turns and "STT" in s["figures"]
-                           and s["played"]["ended"] == s["played"]["chunks"] > 0,
-                           scaled(30 + 30 * turns))
+            state = until(driver, STATE, lambda s: s["done"] >= turns and "STT" in s["figures"]
+                          and s["played"]["ended"] == s["played"]["chunks"] > 0,
+                          scaled(30 + 30 * turns))
             state["connected"] = connected
             return state
         finally:

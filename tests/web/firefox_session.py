@@ -56,18 +56,26 @@ FAKE_MIC = """
 })();
 """
 
-STATE = """
-const w = window.wrappedJSObject;
-const texts = (sel) => [...document.querySelectorAll(sel)].map((e) => e.innerText);
+# what the page shows of the conversation: the user's and the agent's bubbles, how many of
+# the agent's are closed and interrupted, the last reply's figures (the Firefox and WebKit
+# sessions each return it with their own fields)
+BUBBLES = """
+const texts = (sel) => [...document.querySelectorAll(sel)].map((e) => e.textContent);
 const latency = document.querySelector('.bubble.agent .latency');
-return {
-  transport: document.querySelector('#transport').innerText,
-  opened: w.fakeMic ? w.fakeMic.opened : 0,
-  user: texts('.bubble.user:not(.interim)'),
+const bubbles = {
+  user: texts('.bubble.user:not(.interim) .text'),
   agent: texts('.bubble.agent .text'),
   done: document.querySelectorAll('.bubble.agent.done').length,
   interrupted: document.querySelectorAll('.bubble.agent.interrupted').length,
   figures: latency ? latency.textContent : "",
+};"""
+
+STATE = BUBBLES + """
+const w = window.wrappedJSObject;
+return {
+  ...bubbles,
+  transport: document.querySelector('#transport').innerText,
+  opened: w.fakeMic ? w.fakeMic.opened : 0,
 };"""
 
 # in the page's scope, like FAKE_MIC: the answer lands in window.inboundAudio
@@ -98,12 +106,12 @@ def converse(url: str, mic: Path, log: Path, turns: int) -> dict[str, Any]:
         client.start_session()
         client.navigate(url)
         connected = until(client, "return document.querySelector('#conn').dataset.state",
-                           lambda state: state == "connected", 30)
+                          lambda state: state == "connected", 30)
         audio = base64.b64encode(mic.read_bytes()).decode()
         client.execute_script(INJECT, script_args=[FAKE_MIC % f'"{audio}"'])
         client.find_element(By.ID, "talk").click()
         state = until(client, STATE, lambda s: s["done"] >= turns and "STT" in s["figures"],
-                       30 + 30 * turns)
+                      30 + 30 * turns)
         state["connected"] = connected
         state["inbound"] = None  # the WebSocket fallback's audio comes in its messages
         if state["transport"] == "WebRTC":

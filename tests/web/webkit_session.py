@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import scaled
-from tests.web.firefox_session import FAKE_MIC, INJECT, until
+from tests.web.firefox_session import BUBBLES, FAKE_MIC, INJECT, until
 
 DRIVER = shutil.which("WebKitWebDriver")  # Debian's webkit2gtk-driver
 XVFB = shutil.which("Xvfb")  # Debian's xvfb
@@ -71,20 +71,14 @@ AudioBufferSourceNode.prototype.start = function (...args) {
 };
 """
 
-STATE = """
-const texts = (sel) => [...document.querySelectorAll(sel)].map((e) => e.textContent);
-const latency = document.querySelector('.bubble.agent .latency');
+STATE = BUBBLES + """
 return {
+  ...bubbles,
   ready: !!window.voiceApp,
   connected: document.querySelector('#conn').dataset.state,
   transport: document.querySelector('#transport').textContent,
   peerConnection: typeof RTCPeerConnection,
   opened: window.fakeMic ? window.fakeMic.opened : 0,
-  user: texts('.bubble.user:not(.interim) .text'),
-  agent: texts('.bubble.agent .text'),
-  done: document.querySelectorAll('.bubble.agent.done').length,
-  interrupted: document.querySelectorAll('.bubble.agent.interrupted').length,
-  figures: latency ? latency.textContent : "",
   played: window.played || null,
   errors: window.pageErrors || [],
 };"""

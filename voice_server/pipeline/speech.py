@@ -83,7 +83,6 @@ class ChunkMessageOutput:
         self._started = False
         self.heard = HeardText()
         self.gaps_ms: list[float] = []  # the client paces playback: gaps are its to see
-        self._ends_at = 0.0  # when the client will have played what it was sent
         self._spans: list[tuple[float, float]] = []  # each sentence's start and end there
 
     async def play(self, text: str, pcm: np.ndarray, sample_rate: int) -> None:
@@ -93,20 +92,23 @@ class ChunkMessageOutput:
         self.heard.sentences.append(text)
         await self._emit(TTSChunk(format="pcm", sample_rate=sample_rate,
                                   data=pcm_to_base64(pcm)))
-        start = max(self._ends_at, time.monotonic())
-        self._ends_at = start + len(pcm) / sample_rate
-        self._spans.append((start, self._ends_at))
+        start = max(self._ends_at(), time.monotonic())
+        self._spans.append((start, start + len(pcm) / sample_rate))
 
     async def drain(self) -> None:
         await asyncio.sleep(self.ahead_s())
         self._heard_by(time.monotonic())
 
     def ahead_s(self) -> float:
-        return max(0.0, self._ends_at - time.monotonic())
+        return max(0.0, self._ends_at() - time.monotonic())
 
     def cancel(self) -> bool:
         self._heard_by(time.monotonic())
         return self._started
+
+    def _ends_at(self) -> float:
+        """When the client will have played what it was sent."""
+        return self._spans[-1][1] if self._spans else 0.0
 
     def _heard_by(self, now: float) -> None:
         """What the client has played by ``now``: whole sentences, then part of one."""
